@@ -1,0 +1,102 @@
+"""Problem suites: ORO's suite JSON arrays and ShoppingBench's `synthesize_*_test.jsonl`.
+
+A problem is `{query, category, difficulty, title, reward, voucher?}`; `reward` is one item
+(Product) or an ordered list of items (Shop, Voucher). Suites carry no problem ids, so a
+problem's id is derived from its query text (uuid5), stable across runs and machines.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CATEGORIES = ("Product", "Shop", "Voucher")
+_PROBLEM_NS = uuid.UUID("5b0e7c1e-3f0a-4f5e-9d2c-1b7a8e6f4c30")
+
+
+def problem_id_for(query: str) -> str:
+    """The deterministic id of a suite problem that carries none."""
+    return str(uuid.uuid5(_PROBLEM_NS, " ".join(query.split())))
+
+
+@dataclass(frozen=True)
+class Problem:
+    query: str
+    category: str
+    reward: tuple[dict[str, Any], ...]
+    voucher: dict[str, Any] | None = None
+    difficulty: str = ""
+    title: str = ""
+    problem_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], category: str | None = None) -> Problem:
+        query = raw.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("problem without a query")
+        reward = raw.get("reward")
+        items = reward if isinstance(reward, list) else [reward]
+        items = tuple(item for item in items if isinstance(item, dict))
+        if not items:
+            raise ValueError(f"problem without reward items: {query[:80]!r}")
+        voucher = raw.get("voucher") if isinstance(raw.get("voucher"), dict) else None
+        cat = raw.get("category") or category or _infer_category(reward, voucher)
+        return cls(
+            query=query,
+            category=str(cat),
+            reward=items,
+            voucher=voucher,
+            difficulty=str(raw.get("difficulty") or ""),
+            title=str(raw.get("title") or ""),
+            problem_id=str(raw.get("problem_id") or problem_id_for(query)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "problem_id": self.problem_id,
+            "query": self.query,
+            "category": self.category,
+            "difficulty": self.difficulty,
+            "title": self.title,
+            "reward": self.reward[0] if self.category == "Product" else list(self.reward),
+        }
+        if self.voucher is not None:
+            out["voucher"] = self.voucher
+        return out
+
+
+def _infer_category(reward: Any, voucher: Any) -> str:
+    if voucher:
+        return "Voucher"
+    return "Shop" if isinstance(reward, list) else "Product"
+
+
+def _category_from_name(path: Path) -> str | None:
+    name = path.name.lower()
+    for cat in CATEGORIES:
+        if cat.lower() in name:
+            return cat
+    return None
+
+
+def load_suite(path: str | Path) -> list[Problem]:
+    """Load a suite file: a JSON array (ORO) or JSON lines (ShoppingBench test sets)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    hint = _category_from_name(path)
+    if text.lstrip().startswith("["):
+        raws = json.loads(text)
+    else:
+        raws = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [Problem.from_dict(raw, category=hint) for raw in raws if isinstance(raw, dict)]
+
+
+def write_suite(problems: list[Problem], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([p.to_dict() for p in problems], indent=1, sort_keys=True) + "\n")
+    return path

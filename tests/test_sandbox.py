@@ -1,0 +1,177 @@
+"""The sandbox tools and the validator's scorer, against hand-worked cases of every rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from shopdistill_assets.sandbox import Catalog, Problem, Sandbox, score_recommendation, score_trace_calls
+from shopdistill_assets.sandbox.catalog import load_catalog, write_catalog
+from shopdistill_assets.sandbox.safe_math import UnsafeExpression, evaluate
+from shopdistill_assets.sandbox.scorer import parse_product_ids, voucher_total
+
+
+def _p(pid, shop, title, price, service=(), attrs=None, skus=None):
+    return {
+        "product_id": pid, "shop_id": shop, "title": title, "price": price, "service": list(service),
+        "sold_count": int(price), "attributes": attrs or {}, "sku_options": skus or {},
+        "short_description": "", "description": f"{title} description",
+    }
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.from_products([
+        _p("100", "s1", "hosport waist bag sports running belt", 459.0, ["freeShipping", "COD"], {"brand": ["hosport"]}),
+        _p("101", "s1", "hosport waist bag sports running belt black", 470.0, ["COD"], {"brand": ["hosport"]}),
+        _p("200", "s2", "running waist pouch unisex", 210.0, ["freeShipping"]),
+        _p("201", "s1", "running waist pouch unisex", 215.0, ["official"]),
+        _p("300", "s3", "Philips electric kettle 1.7l stainless", 1099.0, ["official"],
+           {"capacity": ["1.7l"]}, {"1": {"color": "silver"}, "2": {"color": "black", "plug": "us"}}),
+        _p("301", "s3", "Philips electric kettle 1.7l stainless", 999.0, [], {"capacity": ["1.7l"]},
+           {"1": {"color": "silver"}}),
+    ])
+
+
+def product_problem(**reward) -> Problem:
+    return Problem.from_dict({"query": "q", "category": "Product", "reward": {"product_id": "100", **reward}})
+
+
+def test_exact_id_passes_without_rules(catalog):
+    r = score_recommendation(product_problem(title=["something else entirely"]), ["100"], catalog)
+    assert r.success and r.gt == 1.0 and r.items[0].exact
+
+
+def test_rule_checks_pass_on_another_product(catalog):
+    problem = product_problem(
+        title=["hosport waist bag sports running belt"], attributes=[{"brand": ["hosport"]}],
+        price=[{"between": [400, 480]}], service=["COD"],
+    )
+    r = score_recommendation(problem, ["101"], catalog)
+    assert r.success and r.gt == 0.0 and r.items[0].hits == r.items[0].total == 4
+
+
+@pytest.mark.parametrize("rule,failed", [
+    ({"price": [{"less than": [None, 460]}]}, "price"),
+    ({"price": [{"greater than": [480, None]}]}, "price"),
+    ({"price": [{"between": [100, 200]}]}, "price"),
+    ({"service": ["freeShipping"]}, "service"),
+    ({"attributes": [{"brand": ["nike"]}]}, "attributes"),
+    ({"title": ["stainless electric kettle"]}, "title"),
+])
+def test_each_rule_can_fail(catalog, rule, failed):
+    r = score_recommendation(product_problem(**{"title": ["hosport waist bag sports running belt"], **rule}), ["101"], catalog)
+    assert not r.success and r.reason == "item_mismatch"
+    assert r.items[0].failed_rules == [failed]
+    assert r.rule_score == pytest.approx(1 - 1 / r.items[0].total)
+
+
+def test_price_bounds_inclusive(catalog):
+    for rule in ({"less than": [None, 470]}, {"greater than": [470, None]}, {"between": [470, 470]}):
+        item = score_recommendation(product_problem(price=[rule]), ["101"], catalog).items[0]
+        assert item.passed, rule
+
+
+def test_sku_pairs_use_the_best_sku(catalog):
+    reward = {"product_id": "999", "title": ["Philips electric kettle 1.7l stainless"],
+              "sku_options": [{"color": "black"}, {"plug": "us"}], "attributes": [{"capacity": ["1.7l"]}]}
+    problem = Problem.from_dict({"query": "q", "category": "Product", "reward": reward})
+    assert score_recommendation(problem, ["300"], catalog).success  # sku "2" has both pairs
+    r = score_recommendation(problem, ["301"], catalog)  # only a silver sku
+    assert not r.success and r.items[0].hits == 2 and r.items[0].total == 4  # title + capacity
+
+
+def test_last_recommendation_wins_and_ids_are_cleaned(catalog):
+    problem = product_problem(title=["x"])
+    calls = [("recommend_product", {"product_ids": "100"}), ("find_product", {"q": "a"}),
+             ("recommend_product", {"product_ids": "200"})]
+    assert not score_trace_calls(problem, calls, catalog).success
+    assert score_trace_calls(problem, calls[::-1], catalog).success
+    assert parse_product_ids(" 100, 100 ,, 200 ") == ["100", "200"]
+    assert score_trace_calls(problem, [("find_product", {"q": "a"})], catalog).reason == "no_recommendation"
+
+
+def test_shop_requires_one_shop(catalog):
+    reward = [{"product_id": "100", "title": ["hosport waist bag"]}, {"product_id": "201", "title": ["running waist pouch"]}]
+    problem = Problem.from_dict({"query": "q", "category": "Shop", "reward": reward})
+    assert score_recommendation(problem, ["100", "201"], catalog).success
+    r = score_recommendation(problem, ["100", "200"], catalog)  # 200 is in s2; its title passes the rule
+    assert r.items[1].passed and not r.success and r.reason == "not_one_shop"
+    assert score_recommendation(problem, ["100"], catalog).reason == "too_few_products"
+
+
+def voucher_problem(voucher, ids=("100", "200")):
+    reward = [{"product_id": pid, "title": ["x"]} for pid in ids]
+    return Problem.from_dict({"query": "q", "category": "Voucher", "reward": reward, "voucher": voucher})
+
+
+def test_platform_fixed_voucher_from_the_sample(catalog):
+    # 459 + 210 = 669 > 640; >= 600 threshold, 669 - 50 = 619 fits.
+    v = {"voucher_type": "platform", "threshold": 600, "discount_type": "fixed", "face_value": 50, "budget": 640}
+    assert score_recommendation(voucher_problem(v), ["100", "200"], catalog).success
+    assert score_recommendation(voucher_problem({**v, "budget": 610}), ["100", "200"], catalog).reason == "over_budget"
+    assert score_recommendation(voucher_problem({**v, "threshold": 700}), ["100", "200"], catalog).reason == "over_budget"
+    assert score_recommendation(voucher_problem({**v, "budget": 700}), ["100", "200"], catalog).success  # fits directly
+
+
+def test_percentage_voucher_with_cap():
+    # 1000 at 20 % = 800, but the cap of 100 limits the discount: max(800, 900) = 900.
+    v = {"voucher_type": "platform", "threshold": 500, "discount_type": "percentage", "discount": 0.2, "cap": 100}
+    assert voucher_total([600.0, 400.0], ["a", "b"], v) == pytest.approx(900.0)
+    assert voucher_total([600.0, 400.0], ["a", "b"], {**v, "cap": 300}) == pytest.approx(800.0)
+    assert voucher_total([600.0, 400.0], ["a", "b"], {**v, "discount": 20, "cap": 300}) == pytest.approx(800.0)
+    assert voucher_total([300.0, 100.0], ["a", "b"], v) is None  # below threshold
+
+
+def test_shop_voucher_across_two_shops(catalog):
+    # 459 + 215 = 674 (both in s1) -> 20 % capped at 100: max(539.2, 574) = 574 <= 600.
+    v = {"voucher_type": "shop", "threshold": 600, "discount_type": "percentage", "discount": 0.2, "cap": 100, "budget": 600}
+    assert score_recommendation(voucher_problem(v, ("100", "201")), ["100", "201"], catalog).success
+    # 459 + 210 = 669 from shops s1 and s2: a shop voucher does not apply, 669 > 600.
+    r = score_recommendation(voucher_problem(v), ["100", "200"], catalog)
+    assert not r.success and r.reason == "over_budget"
+    assert voucher_total([459.0, 210.0], ["s1", "s2"], v) is None
+
+
+def test_tools_argument_rules(catalog):
+    box = Sandbox(catalog)
+    ok = box.call("find_product", {"q": "waist bag", "page": 1})
+    assert ok.ok and {r["product_id"] for r in ok.result} == {"100", "101", "200", "201"}
+    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "sort": "priceasc"}).result] == ["200", "201", "100", "101"]
+    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": "1", "price": "300-460"}).result] == ["100"]
+    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "service": "freeShipping,COD"}).result] == ["100"]
+    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "shop_id": "s2"}).result] == ["200"]
+    assert box.call("find_product", {"q": "waist", "page": 2}).result == []
+    for bad in ({"q": "x", "page": 6}, {"q": "", "page": 1}, {"q": "x", "page": True}, {"q": "x", "page": 1, "price": "cheap"},
+                {"q": "x", "page": 1, "sort": "random"}, {"q": "x", "page": 1, "service": "teleport"}, {"q": "x", "page": 1, "price": "9-1"}):
+        assert not box.call("find_product", bad).ok, bad
+    assert not box.call("rm_rf", {}).ok and not box.call("find_product", ["q"]).ok
+    view = box.call("view_product_information", {"product_ids": "300,nope"}).result
+    assert view[0]["sku_options"]["2"] == {"color": "black", "plug": "us"} and view[1]["error"] == "product not found"
+    assert box.call("calculate_voucher", {"product_ids": "100,200", "threshold": 600, "discount_type": "fixed", "face_value": 50}).result == {
+        "subtotal": 669.0, "voucher_applies": True, "total_after_voucher": 619.0}
+    assert box.call("python_execute", {"code": "459 + 210 - 50"}).result == "619"
+
+
+@pytest.mark.parametrize("code", ["__import__('os').system('true')", "9**9**9", "open('/etc/passwd')", "(1).__class__",
+                                  "[x for x in range(10)]", "1" * 3000, "lambda: 1", "1/0"])
+def test_python_execute_never_runs_code(code):
+    with pytest.raises(UnsafeExpression):
+        evaluate(code)
+
+
+def test_catalog_roundtrip_is_deterministic(tmp_path, catalog):
+    a = write_catalog(catalog, tmp_path / "a" / "documents.jsonl.gz")
+    b = write_catalog(catalog, tmp_path / "b" / "documents.jsonl.gz")
+    assert a.read_bytes() == b.read_bytes()
+    again = load_catalog(tmp_path / "a")
+    assert again.products == catalog.products
+
+
+def test_real_shoppingbench_rewards_load(shared_dir):
+    from shopdistill_assets.sandbox import load_suite
+
+    counts = {name: len(load_suite(shared_dir / "data/shoppingbench" / f"synthesize_{name}_test.jsonl"))
+              for name in ("product", "shop", "voucher")}
+    assert counts == {"product": 250, "shop": 250, "voucher": 250}
+    voucher = load_suite(shared_dir / "data/shoppingbench/synthesize_voucher_test.jsonl")
+    assert all(p.category == "Voucher" and p.voucher for p in voucher)
