@@ -22,6 +22,11 @@ class TitleSimilarity(Protocol):
     def similarity(self, a: str, b: str) -> float: ...
 
 
+@lru_cache(maxsize=200_000)
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
+
+
 class LexicalTitleSimilarity:
     """Cosine over token sets: |A n B| / sqrt(|A| |B|). Offline, deterministic."""
 
@@ -31,7 +36,7 @@ class LexicalTitleSimilarity:
         self.threshold = threshold
 
     def similarity(self, a: str, b: str) -> float:
-        ta, tb = set(tokenize(a)), set(tokenize(b))
+        ta, tb = _token_set(a), _token_set(b)
         if not ta or not tb:
             return 0.0
         return len(ta & tb) / math.sqrt(len(ta) * len(tb))

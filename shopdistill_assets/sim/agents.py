@@ -1,0 +1,217 @@
+"""Simulated miner agents that act in the sandbox.
+
+Every tool result in a simulated trace comes from a real `Sandbox.call`, and every outcome is
+scored by the real scorer. Styles:
+
+- `agentic`: an LLM that decides each step (searches, views, compares, recommends); skill
+  decides how often it checks candidates against the request rather than taking the top hit.
+- `subtask`: a Python harness that searches in a loop and asks the LLM only to pick an index;
+  its dialogue is written after the fact.
+- `decoy`: the same actions as a weak agent, with templated think and no inference at all.
+- `broken`: an agentic run with one format fault injected (see FAULTS).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from shopdistill_assets.sandbox import Problem, Sandbox
+from shopdistill_assets.sandbox.scorer import check_item
+from shopdistill_assets.sandbox.similarity import LexicalTitleSimilarity
+from shopdistill_assets.sim.problems_gen import LatentProblem
+
+FAULTS = ("unpaired_tool_call", "recommend_count", "bad_product_ids", "too_long", "think_then_stop",
+          "malformed_arguments", "unknown_tool")
+_SIMILARITY = LexicalTitleSimilarity()
+
+
+@dataclass
+class ToolCall:
+    name: str
+    parameters: dict[str, Any]
+    result: Any = None
+    has_result: bool = True
+
+
+@dataclass
+class AgentStep:
+    think: str
+    calls: list[ToolCall] = field(default_factory=list)
+    response: str = ""
+
+
+@dataclass
+class AgentRun:
+    style: str
+    steps: list[AgentStep]
+    fault: str | None = None
+    # harness evidence for sub-task runs: searches the Python loop made, picks it asked the LLM for
+    harness_searches: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    classify_calls: int = 0
+    narrated: bool = False
+
+    def tool_calls(self) -> list[tuple[str, Any]]:
+        return [(c.name, c.parameters) for s in self.steps for c in s.calls]
+
+
+class Actor:
+    """Runs tool calls in the sandbox, keeping the steps an agent took."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.steps: list[AgentStep] = []
+
+    def act(self, think: str, name: str, **parameters: Any) -> Any:
+        result = self.sandbox.call(name, parameters).content()
+        self.steps.append(AgentStep(think, [ToolCall(name, parameters, result)]))
+        return result
+
+
+def _head(latent: LatentProblem, i: int) -> tuple[str, str]:
+    return dict(latent.item_clauses[i])["head"]
+
+
+_PASS_CACHE: dict[tuple[str, str, int], bool] = {}
+
+
+def _passes(sandbox: Sandbox, pid: str, expected: dict[str, Any], key: tuple[str, int]) -> bool:
+    """Does product `pid` satisfy reward item `key` = (problem_id, index)? Cached: agents ask
+    the same question of the same search results thousands of times a day."""
+    cache_key = (pid, *key)
+    hit = _PASS_CACHE.get(cache_key)
+    if hit is None:
+        if len(_PASS_CACHE) > 2_000_000:
+            _PASS_CACHE.clear()
+        hit = _PASS_CACHE[cache_key] = check_item(sandbox.catalog.get(pid), expected, _SIMILARITY).passed
+    return hit
+
+
+def _describe(results: list[dict[str, Any]], k: int = 2) -> str:
+    return " and ".join(f"{r['product_id']} '{r['title']}' at {r['price']:.0f} PHP" for r in results[:k])
+
+
+def _search(actor: Actor, rng: random.Random, latent: LatentProblem, i: int, think: str, **extra: Any) -> list[dict]:
+    brand, noun = _head(latent, i)
+    q = rng.choice([f"{brand} {noun}", f"{noun} {brand}", noun if rng.random() < 0.2 else f"{brand} {noun}"])
+    result = actor.act(think, "find_product", q=q, page=1, **extra)
+    return result if isinstance(result, list) else []
+
+
+def _pick(actor: Actor, rng: random.Random, results: list[dict], expected: dict, key: tuple[str, int],
+          skill: float, view: bool) -> str | None:
+    if not results:
+        return None
+    careful = rng.random() < skill
+    top = results[: rng.choice([3, 4, 5])]
+    if view and len(top) >= 2:
+        actor.act(f"Candidates: {_describe(top)}. I will view them to compare attributes and sku options.",
+                  "view_product_information", product_ids=",".join(r["product_id"] for r in top))
+    if careful:
+        for r in results:
+            if _passes(actor.sandbox, r["product_id"], expected, key):
+                return r["product_id"]
+    return rng.choice(top)["product_id"]
+
+
+def run_agentic(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: random.Random,
+                skill: float, terse: bool = False) -> AgentRun:
+    actor = Actor(sandbox)
+    picks: list[str] = []
+    shop: str | None = None
+    for i, expected in enumerate(problem.reward):
+        think = (f"The user wants {' '.join(_head(latent, i))}. I will search the catalog first." if not picks
+                 else f"Item {i} is {picks[-1]}. Now searching for the next item, {' '.join(_head(latent, i))}.")
+        extra: dict[str, Any] = {}
+        if shop and problem.category == "Shop" or (problem.voucher or {}).get("voucher_type") == "shop" and shop:
+            extra["shop_id"] = shop
+        if problem.category == "Voucher" and rng.random() < skill:
+            extra["sort"] = "priceasc"
+        results = _search(actor, rng, latent, i, "Searching." if terse else think, **extra)
+        pid = _pick(actor, rng, results, expected, (problem.problem_id, i), skill, view=not terse)
+        if pid is None:
+            break
+        picks.append(pid)
+        shop = shop or sandbox.catalog.products[pid]["shop_id"]
+    if problem.voucher and picks and rng.random() < skill:
+        v = problem.voucher
+        actor.act(f"Checking the basket {', '.join(picks)} against the budget of {v['budget']} PHP with the voucher.",
+                  "calculate_voucher", product_ids=",".join(picks), voucher_type=v["voucher_type"],
+                  threshold=v["threshold"], discount_type=v["discount_type"], face_value=v.get("face_value"),
+                  discount=v.get("discount"), cap=v.get("cap"))
+    if picks:
+        chosen = sandbox.catalog.products[picks[0]]
+        reason = ("Recommending." if terse else
+                  f"{picks[0]} matches the requested attributes and costs {chosen['price']:.0f} PHP, while the other "
+                  f"candidates do not match the brand or the price range. Recommending {','.join(picks)}.")
+        actor.act(reason, "recommend_product", product_ids=",".join(picks))
+    actor.act("The recommendation is made; ending." if picks else "Nothing matched; ending.", "terminate",
+              status="success" if picks else "failure")
+    return AgentRun("agentic", actor.steps)
+
+
+def run_decoy(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: random.Random) -> AgentRun:
+    run = run_agentic(problem, latent, sandbox, rng, skill=0.2, terse=True)
+    for step in run.steps:
+        step.think = "Proceeding with the next action."
+    run.style = "decoy"
+    return run
+
+
+def run_subtask(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: random.Random,
+                skill: float) -> AgentRun:
+    """A Python loop searches many phrasings and pages; the LLM only picks an index."""
+    searches: list[tuple[dict[str, Any], list[str]]] = []
+    picks: list[str] = []
+    first_results: list[dict] = []
+    for i, expected in enumerate(problem.reward):
+        brand, noun = _head(latent, i)
+        pool: list[dict] = []
+        for q in (f"{brand} {noun}", noun, f"{noun} {brand}"):
+            for page in range(1, rng.randint(2, 4)):
+                params = {"q": q, "page": page}
+                result = sandbox.call("find_product", params).content()
+                result = result if isinstance(result, list) else []
+                searches.append((params, [r["product_id"] for r in result]))
+                pool.extend(result)
+        first_results = first_results or pool[:10]
+        if not pool:
+            break
+        good = next((r for r in pool if _passes(sandbox, r["product_id"], expected, (problem.problem_id, i))), None)
+        picks.append((good if good and rng.random() < skill else rng.choice(pool[:10]))["product_id"])
+    steps = [AgentStep(f"Step 1: searched {len(searches)} queries.",
+                       [ToolCall("find_product", dict(searches[0][0]) if searches else {"q": problem.query[:40], "page": 1},
+                                 first_results)])]
+    if picks:
+        steps.append(AgentStep("Step 2: selected the candidate index returned by the model.",
+                               [ToolCall("recommend_product", {"product_ids": ",".join(picks)}, "Recommended.")]))
+    steps.append(AgentStep("Step 3: done.", [ToolCall("terminate", {"status": "success"}, "Terminated.")]))
+    return AgentRun("subtask", steps, harness_searches=searches, classify_calls=max(1, len(picks)),
+                    narrated=rng.random() < 0.4)
+
+
+def inject_fault(run: AgentRun, fault: str, rng: random.Random) -> AgentRun:
+    """Break an agentic run in exactly one way the format gate must catch."""
+    steps = run.steps
+    rec = next((s for s in steps if s.calls and s.calls[0].name == "recommend_product"), None)
+    if fault == "unpaired_tool_call":
+        steps[0].calls[0].has_result = False
+    elif fault == "recommend_count":
+        if rec is not None and rng.random() < 0.5:
+            steps.insert(steps.index(rec), AgentStep("Recommending a first option.", [ToolCall(
+                "recommend_product", dict(rec.calls[0].parameters), "Recommended.")]))
+        elif rec is not None:
+            steps.remove(rec)
+    elif fault == "bad_product_ids" and rec is not None:
+        rec.calls[0].parameters = {"product_ids": rng.choice(["the first one", "#1, #2", "product A"])}
+    elif fault == "too_long":
+        steps[0].think += " Let me reconsider every candidate again." * 2400  # ~100k chars
+    elif fault == "think_then_stop":
+        steps[-1] = AgentStep("I should now double-check the price before I finish, and then")
+    elif fault == "malformed_arguments":
+        steps[0].calls[0].parameters = {**steps[0].calls[0].parameters, "page": rng.choice(["first", -3, 99])}
+    elif fault == "unknown_tool":
+        steps.insert(1, AgentStep("Let me buy it directly.", [ToolCall("buy_now", {"product_id": "1"}, "Error: unknown tool")]))
+    run.style, run.fault = "broken", fault
+    return run
