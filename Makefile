@@ -1,0 +1,36 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+export SHOPDISTILL_HOME ?= $(CURDIR)/.shopdistill
+
+.PHONY: setup demo test dev validate clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=25,<26"
+	# torch first, pinned: the CPU wheel on local disk. Unpinned, pip pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[train,dev]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/shopdistill demo
+
+validate: setup
+	$(BIN)/python -m pip check
+	DAGSTER_HOME=$$(mktemp -d) $(BIN)/dagster definitions validate -m shopdistill_assets.definitions
+
+test: validate
+	$(BIN)/python -m pytest -q
+
+dev: setup
+	mkdir -p $(SHOPDISTILL_HOME)/dagster && cp dagster.yaml $(SHOPDISTILL_HOME)/dagster/dagster.yaml
+	DAGSTER_HOME=$(SHOPDISTILL_HOME)/dagster $(BIN)/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf $(SHOPDISTILL_HOME) .pytest_cache
