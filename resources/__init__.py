@@ -1,0 +1,14 @@
+"""One ConfigurableResource per outside system, swapped per environment (local folder, S3)."""
+
+from resources.firehose import FirehoseDayMissing, FirehoseFile, FirehoseResource
+from resources.lake import LakePartMissing, LakeResource
+from resources.s3 import parse_s3_uri
+
+__all__ = [
+    "FirehoseDayMissing",
+    "FirehoseFile",
+    "FirehoseResource",
+    "LakePartMissing",
+    "LakeResource",
+    "parse_s3_uri",
+]

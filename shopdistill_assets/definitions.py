@@ -1,0 +1,63 @@
+"""The code location: every asset, check, job and schedule, with resources from the environment.
+
+Environment (all optional):
+  SHOPDISTILL_HOME             project home, default `.shopdistill` relative to the working
+                               directory (workspace.yaml pins that to the repo root)
+  SHOPDISTILL_FIREHOSE         firehose root (folder or s3://bucket/prefix),
+                               default `$SHOPDISTILL_HOME/arena/firehose` (the simulator's)
+  SHOPDISTILL_LAKE             lake root (folder or s3://…), default `$SHOPDISTILL_HOME/lake`
+  SHOPDISTILL_S3_ENDPOINT_URL  S3-compatible endpoint for both, e.g. a MinIO or moto server
+AWS credentials and region come from boto3's usual chain (AWS_* variables, profile, role).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import Definitions
+
+from jobs.schedules import corpus_daily_job, corpus_daily_schedule
+from resources.firehose import FirehoseResource
+from resources.lake import LakeResource
+from shopdistill_assets.ingest import raw_firehose
+
+# The table of contents of the pipeline, in flow order.
+ASSETS = [
+    raw_firehose,
+]
+ASSET_CHECKS: list = []
+JOBS = [corpus_daily_job]
+SCHEDULES = [corpus_daily_schedule]
+
+
+def shopdistill_home() -> Path:
+    return Path(os.environ.get("SHOPDISTILL_HOME") or ".shopdistill")
+
+
+def build_definitions(
+    firehose_root: str | None = None,
+    lake_root: str | None = None,
+    endpoint_url: str | None = None,
+) -> Definitions:
+    """Definitions over the given roots; arguments left None come from the environment."""
+    home = shopdistill_home()
+    firehose_root = (
+        firehose_root or os.environ.get("SHOPDISTILL_FIREHOSE") or str(home / "arena" / "firehose")
+    )
+    lake_root = lake_root or os.environ.get("SHOPDISTILL_LAKE") or str(home / "lake")
+    endpoint_url = endpoint_url or os.environ.get("SHOPDISTILL_S3_ENDPOINT_URL") or None
+    resources = {
+        "firehose": FirehoseResource(root=firehose_root, endpoint_url=endpoint_url),
+        "lake": LakeResource(root=lake_root, endpoint_url=endpoint_url),
+    }
+    return Definitions(
+        assets=ASSETS,
+        asset_checks=ASSET_CHECKS,
+        resources=resources,
+        jobs=JOBS,
+        schedules=SCHEDULES,
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,132 @@
+"""The code location loads whole, and the instance files configure what they claim."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_definitions_load_and_validate():
+    from shopdistill_assets.definitions import defs
+
+    dg.Definitions.validate_loadable(defs)
+    repository = defs.get_repository_def()
+    asset_keys = {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()}
+    assert "raw_firehose" in asset_keys
+    assert set(defs.resources) == {"firehose", "lake"}
+
+
+def test_corpus_daily_job_and_schedule():
+    from shopdistill_assets.definitions import defs
+    from shopdistill_assets.partitions import daily_partitions
+
+    job = defs.resolve_job_def("corpus_daily")
+    # The "corpus" group is selected before it has members; the selection must still resolve.
+    assert dg.AssetKey("raw_firehose") in job.asset_layer.executable_asset_keys
+    assert job.partitions_def == daily_partitions
+    schedule = defs.resolve_schedule_def("corpus_daily_schedule")
+    assert schedule.job_name == "corpus_daily"
+    assert schedule.cron_schedule == "0 2 * * *"
+    assert schedule.execution_timezone == "UTC"
+
+
+def test_daily_partitions_start_and_timezone():
+    from shopdistill_assets.partitions import START_DATE, daily_partitions
+
+    keys = daily_partitions.get_partition_keys()
+    assert keys[0] == START_DATE == os.environ.get("SHOPDISTILL_START_DATE", "2026-11-01")
+    assert daily_partitions.timezone == "UTC"
+
+
+def test_build_definitions_takes_roots_from_arguments_then_environment(monkeypatch, tmp_path):
+    from shopdistill_assets.definitions import build_definitions
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path))
+    monkeypatch.setenv("SHOPDISTILL_LAKE", "s3://lake/prod")
+    monkeypatch.setenv("SHOPDISTILL_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.delenv("SHOPDISTILL_FIREHOSE", raising=False)
+
+    from_env = build_definitions().resources
+    assert from_env["firehose"].root == str(tmp_path / "arena" / "firehose")
+    assert from_env["lake"].root == "s3://lake/prod"
+    assert from_env["lake"].endpoint_url == "http://127.0.0.1:9000"
+
+    given = build_definitions(firehose_root="s3://arena/firehose", lake_root=str(tmp_path))
+    assert given.resources["firehose"].root == "s3://arena/firehose"
+    assert given.resources["lake"].root == str(tmp_path)
+
+
+def test_local_instance_lives_under_dagster_home(monkeypatch, tmp_path):
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        concurrency = instance.get_concurrency_config()
+        assert concurrency.run_queue_config.max_concurrent_runs == 4
+        assert concurrency.pool_config.default_pool_limit == 1  # the gpu pool's limit
+        assert (home / "history" / "runs.db").is_file()
+    finally:
+        instance.dispose()
+
+
+def test_dagster_cli_validates_the_code_location(tmp_path):
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home), SHOPDISTILL_HOME=str(tmp_path))
+    command = [sys.executable, "-m", "dagster", "definitions", "validate"]
+    completed = subprocess.run(
+        [*command, "-m", "shopdistill_assets.definitions"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_workspace_loads_the_definitions_module():
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    (location,) = workspace["load_from"]
+    assert location["python_module"]["module_name"] == "shopdistill_assets.definitions"
+
+
+def test_production_instance_config_is_valid(monkeypatch, tmp_path):
+    pytest.importorskip("dagster_postgres")
+    k8s = pytest.importorskip("dagster_k8s")
+    from dagster._config import process_config
+    from dagster._core.instance.config import dagster_instance_config
+    from dagster_aws.s3.compute_log_manager import S3ComputeLogManager
+
+    for var in ["DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB"]:
+        monkeypatch.setenv(var, "dagster")
+    monkeypatch.setenv("DAGSTER_K8S_NAMESPACE", "shopdistill")
+    monkeypatch.setenv("SHOPDISTILL_IMAGE", "registry.example/shopdistill:1")
+    monkeypatch.setenv("SHOPDISTILL_LOG_BUCKET", "logs")
+    shutil.copy(REPO / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+
+    config, _ = dagster_instance_config(str(tmp_path))  # raises on a schema error
+    assert "postgres" in config["storage"]
+    assert config["concurrency"]["pools"]["default_limit"] == 1
+    for section, cls in [
+        ("run_launcher", k8s.K8sRunLauncher),
+        ("compute_logs", S3ComputeLogManager),
+    ]:
+        assert config[section]["class"] == cls.__name__
+        checked = process_config(cls.config_type(), config[section]["config"])
+        assert checked.success, checked.errors
+    launcher = process_config(k8s.K8sRunLauncher.config_type(), config["run_launcher"]["config"])
+    assert launcher.value["job_image"] == "registry.example/shopdistill:1"
