@@ -168,6 +168,8 @@ def _corrupt(rng: random.Random, line: bytes) -> tuple[bytes, str]:
     if kind == "unknown_dialect":
         return b'{"hello": "world", "rows": [1, 2, 3]}', kind
     obj = orjson.loads(line)
+    if not isinstance(obj, dict) or "dialogue" not in obj:  # another dialect: break its shape instead
+        return orjson.dumps({"id": 17, "messages": "not a list", "tools": {}}), kind
     obj.update(score="high", dialogue="not a list", problem=["q"], updated_at=12345)
     return orjson.dumps(obj), kind
 

@@ -1,0 +1,581 @@
+"""Leak clusters: group problems that are variants of one another, and keep the split leak-free.
+
+A problem is a node; edges are exact keys (same problem_id, same normalized text) and verified
+near matches: MinHash LSH over canonical token bags proposes candidates, and every candidate is
+checked by exact Jaccard of the bags before it links anything (unverified buckets chain almost
+everything together). Union-find over the edges gives the clusters.
+
+The state is incremental and a pure function of the sequence of days:
+- a cluster's id is that of its oldest member (first seen: day, then problem_id), so an older
+  cluster's id survives a merge;
+- a new cluster is held out by a salted hash of its id; a merge of held-out and train clusters
+  is train-side from then on, logged in the merge log with the problems that moved;
+- a cluster with any member matching a public test set is excluded (its members are variants
+  of a public test query); exclusion wins over held-out and train.
+Known texts are never hashed again, nor texts whose canonical bag is already known (linked by
+identity); signatures are kept to rebuild the band index on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+import xxhash
+from datasketch import MinHash, MinHashLSH  # MinHashLSH: only its (bands, rows) optimizer
+
+from shopdistill_assets.core.canonical import (
+    DEFAULT_CANON,
+    CanonConfig,
+    canonical_tokens,
+    canonical_version,
+    text_key,
+)
+
+SIDES = ("train", "heldout", "excluded")
+TRAIN, HELDOUT, EXCLUDED = 0, 1, 2
+# datasketch's scheme decides the width the hash function must have.
+HASH_FUNCS = {("affine32", "xxh32"): xxhash.xxh32_intdigest, ("affine64", "xxh64"): xxhash.xxh64_intdigest}
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_COUNTS = ("problems", "new_problems", "new_texts", "known_texts", "same_bag", "lsh_candidates", "verified_links")
+_MAX_ID_CHARS = 256
+_MAX_QUERY_CHARS = 65_536  # as the ledger truncates raw lines: a real problem is far shorter
+
+
+class LeakStateMismatch(ValueError):
+    """A saved leak index was built with other hashing or canonicalization settings."""
+
+
+@dataclass(frozen=True)
+class LeakConfig:
+    num_perm: int = 128
+    seed: int = 1
+    # LSH only proposes candidates; bands/rows are chosen so that a pair at the verify
+    # threshold is a candidate with probability ≥ 0.99 (threshold 0.5 → 25 bands × 5 rows).
+    lsh_threshold: float = 0.5
+    verify_threshold: float = 0.7  # exact Jaccard of canonical bags needed to link
+    heldout_share: float = 0.10
+    salt: str = "shopdistill-leak-v1"
+    hash_scheme: str = "affine32"
+    hash_func: str = "xxh32"
+    canon: CanonConfig = DEFAULT_CANON
+
+    def identity(self) -> dict[str, Any]:
+        """Everything a saved state depends on; a mismatch on load is refused."""
+        ident = asdict(self)
+        ident["canon"] = canonical_version(self.canon)
+        return ident
+
+
+@dataclass(frozen=True)
+class ProblemRef:
+    problem_id: str
+    query: str
+    category: str | None = None
+
+
+@dataclass
+class DayUpdate:
+    day: str
+    assignments: list[dict[str, Any]]  # one row per distinct problem given on this day
+    changed: list[dict[str, Any]]  # earlier problems whose cluster id or side changed today
+    merge_events: list[dict[str, Any]]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class PublicMatcher(Protocol):
+    def match(self, query: str) -> Any: ...
+
+    def fingerprint(self) -> str: ...
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+class Signer:
+    """MinHash signatures of token bags, equal to datasketch's `MinHash.bulk` on the same bags.
+
+    A bag's signature is the element-wise min of its tokens' one-token signatures, so each
+    distinct token is hashed once (by `MinHash.bulk` itself, with the xxhash function) and
+    cached; a batch of bags is then one numpy gather and min-reduce.
+    """
+
+    def __init__(self, cfg: LeakConfig) -> None:
+        key = (cfg.hash_scheme, cfg.hash_func)
+        if key not in HASH_FUNCS:
+            raise ValueError(f"unsupported hash scheme/function {key}; known: {sorted(HASH_FUNCS)}")
+        self.minhash_kwargs = dict(
+            num_perm=cfg.num_perm, seed=cfg.seed, scheme=cfg.hash_scheme, hashfunc=HASH_FUNCS[key]
+        )
+        empty = MinHash(**self.minhash_kwargs).hashvalues
+        self.dtype, self.empty_value = empty.dtype, empty[0]
+        self._row_of: dict[str, int] = {}
+        self._rows = np.empty((0, cfg.num_perm), dtype=self.dtype)
+
+    def _learn(self, tokens: Iterable[str]) -> None:
+        missing = sorted({t for t in tokens if t not in self._row_of})
+        if not missing:
+            return
+        sigs = MinHash.bulk([[t.encode("utf-8")] for t in missing], **self.minhash_kwargs)
+        start = len(self._rows)
+        self._rows = np.vstack([self._rows, np.stack([m.hashvalues for m in sigs])])
+        self._row_of.update({t: start + i for i, t in enumerate(missing)})
+
+    def sign(self, bags: Sequence[frozenset[str]], chunk: int = 4096) -> np.ndarray:
+        """(len(bags), num_perm) signatures; an empty bag gets datasketch's empty signature."""
+        out = np.full((len(bags), self._rows.shape[1]), self.empty_value, dtype=self.dtype)
+        self._learn(t for bag in bags for t in bag)
+        filled = [i for i, bag in enumerate(bags) if bag]
+        for lo in range(0, len(filled), chunk):
+            idx = filled[lo : lo + chunk]
+            lengths = np.fromiter((len(bags[i]) for i in idx), dtype=np.int64, count=len(idx))
+            ids = np.fromiter((self._row_of[t] for i in idx for t in bags[i]), dtype=np.int64, count=int(lengths.sum()))
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            out[idx] = np.minimum.reduceat(self._rows[ids], starts, axis=0)
+        return out
+
+
+class BandIndex:
+    """Banded LSH over signature rows, in numpy.
+
+    The scheme is MinHashLSH's (b bands of r rows, b and r from its own optimizer for the
+    threshold; two texts are candidates when any band is identical), but each band is kept as a
+    sorted array of 64-bit band keys, so a day's batch is queried, and a saved index rebuilt,
+    with a few vectorized sorts. Through MinHashLSH the per-band Python calls dominated: about
+    0.3 ms to insert one text, so ~30 s to rebuild 100k on load.
+    """
+
+    _MUL = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, threshold: float, num_perm: int) -> None:
+        params = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self.b, self.r = params.b, params.r
+        self.keys = np.empty((self.b, 0), dtype=np.uint64)  # per band, sorted
+        self.ids = np.empty((self.b, 0), dtype=np.int64)  # text ordinal of each key
+
+    def __len__(self) -> int:
+        return self.keys.shape[1]
+
+    def band_keys(self, sigs: np.ndarray) -> np.ndarray:
+        """(b, n) keys: an avalanching mix of each band's r values (a bijection per step, so
+        different bands collide with probability ~2^-64; candidates are verified anyway)."""
+        wide = sigs.astype(np.uint64)
+        out = np.empty((self.b, len(sigs)), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for band in range(self.b):
+                h = np.full(len(sigs), band + 1, dtype=np.uint64)
+                for col in range(band * self.r, (band + 1) * self.r):
+                    h = (h ^ wide[:, col]) * self._MUL
+                    h ^= h >> np.uint64(29)
+                out[band] = h
+        return out
+
+    def candidate_pairs(self, keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Unique (new id, other id) pairs sharing a band: batch × index, and within the batch."""
+        found = []
+        for band in range(self.b):
+            old_keys, old_ids, new_keys = self.keys[band], self.ids[band], keys[band]
+            lo = np.searchsorted(old_keys, new_keys, "left")
+            counts = np.searchsorted(old_keys, new_keys, "right") - lo
+            total = int(counts.sum())
+            if total:
+                starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+                found.append(np.stack([np.repeat(ids, counts), old_ids[np.arange(total) + starts]], axis=1))
+            order = np.argsort(new_keys, kind="stable")
+            sorted_keys = new_keys[order]
+            starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+            ends = np.r_[starts[1:], len(sorted_keys)]
+            sizes = ends - starts
+            pair_starts = starts[sizes == 2]  # the common case, vectorized
+            first, second = ids[order[pair_starts]], ids[order[pair_starts + 1]]
+            found.append(np.stack([np.maximum(first, second), np.minimum(first, second)], axis=1))
+            for start, end in zip(starts[sizes > 2].tolist(), ends[sizes > 2].tolist()):
+                members = ids[order[start:end]]
+                i, j = np.triu_indices(len(members), 1)
+                found.append(np.stack([np.maximum(members[i], members[j]), np.minimum(members[i], members[j])], axis=1))
+        if not found:
+            return np.empty((0, 2), dtype=np.int64)
+        pairs = np.concatenate(found)
+        packed = np.unique((pairs[:, 0] << 32) | pairs[:, 1])  # 1-D unique is ~10× a row-wise one
+        return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
+
+    def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        all_keys = np.concatenate([self.keys, keys], axis=1)
+        all_ids = np.concatenate([self.ids, np.broadcast_to(ids, keys.shape)], axis=1)
+        order = np.lexsort((all_ids, all_keys), axis=1) if all_keys.size else np.empty_like(all_ids)
+        self.keys = np.take_along_axis(all_keys, order, axis=1)
+        self.ids = np.take_along_axis(all_ids, order, axis=1)
+
+
+def cluster_id_of(problem_id: str) -> str:
+    return "lc_" + hashlib.sha1(problem_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _clean_ref(ref: ProblemRef) -> tuple[str, str, str]:
+    """(problem_id, query, text key) from hostile input; ids are bounded and never empty."""
+    query = ref.query[:_MAX_QUERY_CHARS] if isinstance(ref.query, str) else ""
+    key = text_key(query)
+    pid = ref.problem_id if isinstance(ref.problem_id, str) else ""
+    if not pid:
+        pid = "q_" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+    elif len(pid) > _MAX_ID_CHARS:
+        pid = "p_" + hashlib.sha1(pid.encode("utf-8")).hexdigest()
+    return pid, query, key
+
+
+class LeakIndex:
+    """Incremental leak clustering state. Build with `new`, advance with `add_day`."""
+
+    def __init__(self, cfg: LeakConfig, public: PublicMatcher | None = None) -> None:
+        self.cfg = cfg
+        self.public = public
+        self.public_fingerprint = public.fingerprint() if public is not None else None
+        self.signer = Signer(cfg)
+        self.bands = BandIndex(cfg.lsh_threshold, cfg.num_perm)
+        self.days: list[str] = []
+        # problems, by ordinal in first-seen order
+        self.problem_ids: list[str] = []
+        self.queries: list[str] = []
+        self.first_day: list[int] = []
+        self.excluded: list[bool] = []
+        self.exclusions: dict[int, dict[str, Any]] = {}
+        self.ordinal: dict[str, int] = {}
+        self.parent: list[int] = []
+        self.members: dict[int, list[int]] = {}  # root → member ordinals
+        self.side: dict[int, int] = {}  # root → side code
+        # texts, by ordinal: distinct normalized texts, each owned by the problem that brought it
+        self.text_of_digest: dict[bytes, int] = {}
+        self.text_digests: list[bytes] = []
+        self.text_owner: list[int] = []
+        self.text_tokens: list[frozenset[str]] = []
+        # a bag seen before links by identity; only a text with a new bag is signed and banded
+        self.bag_owner: dict[frozenset[str], int] = {}
+        self.banded_texts: list[int] = []
+        self.signature_chunks: list[np.ndarray] = []  # rows of banded_texts
+        self.merge_log: list[dict[str, Any]] = []
+
+    @classmethod
+    def new(cls, cfg: LeakConfig | None = None, public: PublicMatcher | None = None) -> LeakIndex:
+        return cls(cfg or LeakConfig(), public)
+
+    # ------------------------------------------------------------ union-find
+
+    def find(self, x: int) -> int:
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:  # path compression
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def _union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        keep, gone = min(ra, rb), max(ra, rb)  # the oldest member's cluster survives
+        self.parent[gone] = keep
+        self.members[keep].extend(self.members.pop(gone))
+        self.side.pop(gone, None)
+
+    # ------------------------------------------------------------ a day
+
+    def add_day(self, day: str, problems: Iterable[ProblemRef]) -> DayUpdate:
+        if not isinstance(day, str) or not _DAY.fullmatch(day):
+            raise ValueError(f"day must be YYYY-MM-DD, got {day!r}")
+        if self.days and day <= self.days[-1]:
+            raise ValueError(f"day {day} is not after the last day in this state ({self.days[-1]}): days go in order")
+        self.days.append(day)
+        n_before = len(self.problem_ids)
+        refs = sorted({_clean_ref(r) for r in problems}, key=lambda r: (r[0], r[2], r[1]))
+        edges: list[tuple[int, int]] = []
+        new_texts: list[int] = []
+        to_band: list[int] = []
+        todays: list[int] = []
+        counts = dict.fromkeys(_COUNTS, 0)
+        for pid, query, key in refs:
+            p = self._problem(pid, query)
+            todays.append(p)
+            digest = xxhash.xxh3_128_digest(key.encode("utf-8"))
+            t = self.text_of_digest.get(digest)
+            if t is not None:
+                counts["known_texts"] += 1
+                edges.append((p, self.text_owner[t]))  # same normalized text
+                continue
+            t = self._text(digest, p, query)
+            new_texts.append(t)
+            self._decontaminate(p, query)
+            bag = self.text_tokens[t]
+            if bag and bag in self.bag_owner:
+                counts["same_bag"] += 1
+                edges.append((p, self.text_owner[self.bag_owner[bag]]))  # same canonical bag
+            elif bag:
+                self.bag_owner[bag] = t
+                to_band.append(t)
+        counts["problems"], counts["new_problems"] = len(set(todays)), len(self.problem_ids) - n_before
+        counts["new_texts"] = len(new_texts)
+        edges += self._near_edges(to_band, counts)
+        update = self._apply(day, n_before, set(todays), edges)
+        update.counts.update(counts)
+        return update
+
+    def _problem(self, pid: str, query: str) -> int:
+        p = self.ordinal.get(pid)
+        if p is None:
+            p = self.ordinal[pid] = len(self.problem_ids)
+            self.problem_ids.append(pid)
+            self.queries.append(query)
+            self.first_day.append(len(self.days) - 1)
+            self.excluded.append(False)
+            self.parent.append(p)
+            self.members[p] = [p]
+        return p
+
+    def _text(self, digest: bytes, owner: int, query: str) -> int:
+        t = len(self.text_owner)
+        self.text_of_digest[digest] = t
+        self.text_digests.append(digest)
+        self.text_owner.append(owner)
+        self.text_tokens.append(canonical_tokens(query, self.cfg.canon))
+        return t
+
+    def _decontaminate(self, p: int, query: str) -> None:
+        if self.public is None or self.excluded[p]:
+            return
+        info = self.public.match(query)
+        if info is not None:
+            self.excluded[p] = True
+            self.exclusions[p] = asdict(info) if hasattr(info, "__dataclass_fields__") else dict(info)
+
+    def _near_edges(self, texts: list[int], counts: dict[str, int]) -> list[tuple[int, int]]:
+        """Band the new texts, and link every candidate pair that passes the exact Jaccard check."""
+        if not texts:
+            return []
+        sigs = self.signer.sign([self.text_tokens[t] for t in texts])
+        ids = np.array(texts, dtype=np.int64)
+        keys = self.bands.band_keys(sigs)
+        pairs = self.bands.candidate_pairs(keys, ids)
+        self.bands.add(keys, ids)
+        self.banded_texts += texts
+        self.signature_chunks.append(sigs)
+        counts["lsh_candidates"] += len(pairs)
+        edges, threshold, tokens = [], self.cfg.verify_threshold, self.text_tokens
+        for t, c in pairs.tolist():
+            if jaccard(tokens[t], tokens[c]) >= threshold:
+                edges.append((self.text_owner[t], self.text_owner[c]))
+        counts["verified_links"] += len(edges)
+        return edges
+
+    def _apply(self, day: str, n_before: int, todays: set[int], edges: list[tuple[int, int]]) -> DayUpdate:
+        """Union the day's edges, then settle sides and log what moved."""
+        old_roots = {self.find(p) for e in edges for p in e if p < n_before}
+        old_roots |= {self.find(p) for p in todays if p < n_before}
+        before = {r: (self.side[r], list(self.members[r])) for r in old_roots}
+        for a, b in edges:
+            self._union(a, b)
+        groups: dict[int, list[int]] = {}
+        for r in sorted(old_roots):
+            groups.setdefault(self.find(r), []).append(r)
+        for p in sorted(todays):
+            groups.setdefault(self.find(p), [])
+        events, changed = [], []
+        for root, olds in sorted(groups.items()):
+            side = self._settle(root, [before[o][0] for o in olds])
+            event = self._event(day, root, olds, before, side)
+            if event is not None:
+                events.append(event)
+                moved = {p for o in olds for p in before[o][1] if o != root or before[o][0] != side}
+                changed += [self._row(p) for p in sorted(moved) if p not in todays]
+        self.merge_log += events
+        return DayUpdate(day, [self._row(p) for p in sorted(todays, key=self.problem_ids.__getitem__)], changed, events)
+
+    def _settle(self, root: int, old_sides: list[int]) -> int:
+        if any(self.excluded[m] for m in self.members[root]):
+            side = EXCLUDED
+        elif TRAIN in old_sides:
+            side = TRAIN  # a held-out cluster linked to a train one has leaked: train from now on
+        elif old_sides:
+            side = HELDOUT
+        else:
+            side = HELDOUT if self._heldout_draw(cluster_id_of(self.problem_ids[root])) else TRAIN
+        self.side[root] = side
+        return side
+
+    def _heldout_draw(self, cluster_id: str) -> bool:
+        h = xxhash.xxh64_intdigest(f"{self.cfg.salt}\x1f{cluster_id}".encode("utf-8"))
+        return h / 2.0**64 < self.cfg.heldout_share
+
+    def _event(self, day: str, root: int, olds: list[int], before: dict, side: int) -> dict[str, Any] | None:
+        if len(olds) < 2 and all(before[o][0] == side for o in olds):
+            return None
+
+        def moved(frm: int, to: int) -> list[str]:
+            return sorted(self.problem_ids[p] for o in olds if before[o][0] == frm and side == to for p in before[o][1])
+        return {
+            "day": day,
+            "kind": "merge" if len(olds) >= 2 else "exclusion",
+            "leak_cluster_id": cluster_id_of(self.problem_ids[root]),
+            "absorbed": sorted(cluster_id_of(self.problem_ids[o]) for o in olds if o != root),
+            "sides_before": {cluster_id_of(self.problem_ids[o]): SIDES[before[o][0]] for o in olds},
+            "side_after": SIDES[side],
+            "moved_heldout_to_train": moved(HELDOUT, TRAIN),
+            "moved_to_excluded": sorted(
+                self.problem_ids[p] for o in olds if before[o][0] != EXCLUDED and side == EXCLUDED for p in before[o][1]
+            ),
+        }
+
+    # ------------------------------------------------------------ reading
+
+    def _row(self, p: int) -> dict[str, Any]:
+        root = self.find(p)
+        return {
+            "problem_id": self.problem_ids[p],
+            "query": self.queries[p],
+            "leak_cluster_id": cluster_id_of(self.problem_ids[root]),
+            "side": SIDES[self.side[root]],
+            "first_day": self.days[self.first_day[p]],
+        }
+
+    def assignments(self) -> list[dict[str, Any]]:
+        """One row per distinct problem, in first-seen order."""
+        return [self._row(p) for p in range(len(self.problem_ids))]
+
+    def clusters(self) -> dict[str, list[str]]:
+        return {
+            cluster_id_of(self.problem_ids[root]): [self.problem_ids[m] for m in sorted(members)]
+            for root, members in sorted(self.members.items())
+        }
+
+    def signatures(self) -> np.ndarray:
+        if len(self.signature_chunks) > 1:
+            self.signature_chunks = [np.concatenate(self.signature_chunks)]
+        if not self.signature_chunks:
+            return np.empty((0, self.cfg.num_perm), dtype=self.signer.dtype)
+        return self.signature_chunks[0]
+
+    def to_state(self) -> bytes:
+        """Deterministic bytes: a JSON header (config identity, ids, texts, log) + raw arrays."""
+        return _dump(self)
+
+    @classmethod
+    def from_state(cls, blob: bytes, cfg: LeakConfig | None = None, public: PublicMatcher | None = None) -> LeakIndex:
+        """Load a saved state; refuse one built with other hashing, canonicalizer or public set."""
+        return _load(cls, blob, cfg or LeakConfig(), public)
+
+
+# ---------------------------------------------------------------- persistence
+
+_MAGIC = b"SDLEAKIX"
+_FORMAT = "shopdistill.leak_index/v1"
+
+
+def _probe(signer: Signer) -> list[int]:
+    """A few signature values of a fixed bag: catches a datasketch whose permutations moved."""
+    return [int(v) for v in signer.sign([frozenset({"leak-probe", "ŝhop", "price_max=b5"})])[0][:8]]
+
+
+def _dump(index: LeakIndex) -> bytes:
+    n = len(index.problem_ids)
+    roots = np.fromiter((index.find(p) for p in range(n)), dtype=np.int64, count=n)
+    vocab = sorted({t for bag in index.text_tokens for t in bag})
+    token_id = {t: i for i, t in enumerate(vocab)}
+    arrays = {
+        "root": roots.astype("<i4"),
+        "side": np.array([index.side[r] for r in roots.tolist()], dtype="<i1"),
+        "first_day": np.array(index.first_day, dtype="<i4"),
+        "excluded": np.array(index.excluded, dtype="<u1"),
+        "text_owner": np.array(index.text_owner, dtype="<i4"),
+        "text_digest": np.frombuffer(b"".join(index.text_digests), dtype="<u1"),
+        "token_lengths": np.array([len(b) for b in index.text_tokens], dtype="<i4"),
+        "token_ids": np.array([token_id[t] for b in index.text_tokens for t in sorted(b)], dtype="<i4"),
+        "signatures": index.signatures().astype(index.signer.dtype.newbyteorder("<")),
+    }
+    layout, offset = {}, 0
+    for name, arr in arrays.items():
+        layout[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
+        offset += arr.nbytes
+    header = {
+        "format": _FORMAT,
+        "identity": index.cfg.identity(),
+        "probe": _probe(index.signer),
+        "public_fingerprint": index.public_fingerprint,
+        "days": index.days,
+        "problem_ids": index.problem_ids,
+        "queries": index.queries,
+        "exclusions": {str(p): info for p, info in sorted(index.exclusions.items())},
+        "merge_log": index.merge_log,
+        "vocab": vocab,
+        "arrays": layout,
+    }
+    head = orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+    return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *(a.tobytes() for a in arrays.values())])
+
+
+def _check(header: dict, index: LeakIndex) -> None:
+    problems = []
+    saved, want = header.get("identity", {}), index.cfg.identity()
+    for key in sorted(set(saved) | set(want)):
+        if saved.get(key) != want.get(key):
+            problems.append(f"{key}: saved {saved.get(key)!r}, expected {want.get(key)!r}")
+    if not problems and header.get("probe") != _probe(index.signer):
+        problems.append("MinHash probe differs: this datasketch hashes differently from the one that saved the state")
+    if header.get("public_fingerprint") != index.public_fingerprint:
+        saved_fp = header.get("public_fingerprint")
+        problems.append(f"public test set: saved {saved_fp!r}, given {index.public_fingerprint!r}")
+    if problems:
+        detail = "\n  ".join(problems)
+        raise LeakStateMismatch(
+            f"leak index state does not match this configuration; rebuild it from the first day:\n  {detail}"
+        )
+
+
+def _load(cls: type[LeakIndex], blob: bytes, cfg: LeakConfig, public: PublicMatcher | None) -> LeakIndex:
+    if not blob.startswith(_MAGIC):
+        raise LeakStateMismatch("not a leak index state (bad magic)")
+    head_len = int.from_bytes(blob[8:16], "little")
+    header = orjson.loads(blob[16 : 16 + head_len])
+    if header.get("format") != _FORMAT:
+        raise LeakStateMismatch(f"unknown leak index format {header.get('format')!r}, expected {_FORMAT!r}")
+    index = cls(cfg, public)
+    _check(header, index)
+    body = memoryview(blob)[16 + head_len :]
+    arr = {}
+    for name, spec in header["arrays"].items():
+        count = int(np.prod(spec["shape"]))
+        arr[name] = np.frombuffer(body, dtype=spec["dtype"], count=count, offset=spec["offset"]).reshape(spec["shape"])
+    index.days, index.problem_ids, index.queries = header["days"], header["problem_ids"], header["queries"]
+    index.ordinal = {pid: p for p, pid in enumerate(index.problem_ids)}
+    index.first_day = arr["first_day"].tolist()
+    index.excluded = [bool(x) for x in arr["excluded"].tolist()]
+    index.exclusions = {int(p): info for p, info in header["exclusions"].items()}
+    index.merge_log = header["merge_log"]
+    index.parent = arr["root"].tolist()
+    for p, (root, side) in enumerate(zip(index.parent, arr["side"].tolist())):
+        index.members.setdefault(root, []).append(p)
+        index.side[root] = side
+    digests = arr["text_digest"].tobytes()
+    index.text_digests = [digests[i : i + 16] for i in range(0, len(digests), 16)]
+    index.text_of_digest = {d: t for t, d in enumerate(index.text_digests)}
+    index.text_owner = arr["text_owner"].tolist()
+    vocab, ids = header["vocab"], arr["token_ids"].tolist()
+    ends = np.cumsum(arr["token_lengths"]).tolist()
+    index.text_tokens = [frozenset(vocab[i] for i in ids[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+    for t, bag in enumerate(index.text_tokens):  # the first text of each bag is the banded one
+        if bag and bag not in index.bag_owner:
+            index.bag_owner[bag] = t
+            index.banded_texts.append(t)
+    sigs = arr["signatures"].astype(index.signer.dtype)
+    if len(sigs) != len(index.banded_texts):
+        raise LeakStateMismatch(f"corrupt state: {len(sigs)} signatures for {len(index.banded_texts)} banded texts")
+    index.signature_chunks = [sigs]
+    ids = np.array(index.banded_texts, dtype=np.int64)
+    index.bands.add(index.bands.band_keys(sigs), ids)
+    return index
