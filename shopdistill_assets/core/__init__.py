@@ -1,0 +1,1 @@
+"""Plain-Python corpus core: dialects, normalization, structural filter, gates, reasons (no Dagster)."""

@@ -1,0 +1,285 @@
+"""Structural filter, reasoning gate, format gate, token counting, reason table."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from shopdistill_assets.core.dialects import ROLLOUT
+from shopdistill_assets.core.gates import (
+    GateConfig, argument_error, format_gate, parse_product_ids, reasoning_gate, trace_tokens,
+)
+from shopdistill_assets.core.normalize import iter_records, ledger_row_for_trace
+from shopdistill_assets.core.reasons import REASON_STAGE, REASONS, Reason, reasons_markdown
+from shopdistill_assets.core.structural import StructuralConfig, classify
+from shopdistill_assets.core.tokens import count_tokens, estimate_tokens
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+DAY = "2026-11-30"
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, object]:
+    """The sample records, parsed: day lines 1-5 as "1".."5", plus "rollout" and "openai"."""
+    if not SAMPLES.is_dir():
+        pytest.skip("shared samples absent")
+    lines = gzip.decompress((SAMPLES / "sn15-day.jsonl.gz").read_bytes()).splitlines()
+    out: dict[str, object] = {str(i): orjson.loads(raw) for i, raw in enumerate(lines[:5], 1)}
+    out["rollout"] = orjson.loads((SAMPLES / "shoppingbench-rollout.json").read_bytes())
+    out["openai"] = orjson.loads((SAMPLES / "openai-messages.jsonl").read_bytes())
+    return out
+
+
+def trace(record) -> dict:
+    [(kind, row)] = list(iter_records([("f.jsonl", 1, orjson.dumps(record))], DAY))
+    assert kind == "trace", row
+    return row
+
+
+def edited(records, key, edit) -> dict:
+    rec = copy.deepcopy(records[key])
+    edit(rec)
+    return trace(rec)
+
+
+def msg(rec, step):
+    return rec["dialogue"][step]["completion"]["message"]
+
+
+def call(rec, step, k=0):
+    return msg(rec, step)["tool_call"][k]
+
+
+# ---- structural ----------------------------------------------------------------------------
+
+
+def test_sample_labels(records):
+    labels = {k: classify(trace(r)).label for k, r in records.items()}
+    assert labels == {"1": "agentic", "2": "agentic", "3": "subtask", "4": "agentic", "5": "agentic",
+                      "rollout": "agentic", "openai": "agentic"}
+
+
+def test_subtask_evidence(records):
+    d = classify(trace(records["3"]))
+    assert d.evidence["signals"] == {"hung_on_step0": 2, "search_excess": 2, "classify_calls": 2,
+                                     "inference_per_step": -1, "terse_thinks": 1}
+    assert d.evidence["score"] == 6
+    assert d.evidence["counts"]["search_calls"] == 11 and d.evidence["counts"]["dialogue_catalogue_calls"] == 1
+    assert orjson.loads(d.evidence_json()) == d.evidence
+    agentic = classify(trace(records["1"]))
+    assert agentic.evidence["signals"] == {"search_matches": -1, "emits_tool_call": -2, "inference_per_step": -1}
+    assert classify(trace(records["3"]), StructuralConfig(subtask_threshold=7)).label == "agentic"
+
+
+def test_dialects_without_proxy_log_say_why(records):
+    d = classify(trace(records["rollout"]))
+    assert d.evidence["basis"] == "dialect" and d.evidence["dialect"] == ROLLOUT and d.reason is None
+
+
+def test_native_tools_count_as_agentic(records):
+    def harness_with_native_tools(rec):
+        for c in rec["dialogue"][0]["extra_info"]["proxy_calls"]:
+            if "json_data" in c:
+                c["json_data"]["tools"] = [{"type": "function"}]
+
+    d = classify(edited(records, "3", harness_with_native_tools))
+    assert d.evidence["signals"]["native_tools"] == -2 and d.evidence["score"] == 4
+
+
+def test_no_tool_calls_and_unclear(records):
+    def no_calls(rec):
+        for step in rec["dialogue"]:
+            step["completion"]["message"].pop("tool_call")
+
+    d = classify(edited(records, "1", no_calls))
+    assert (d.label, d.reason) == ("reject", "no_tool_calls")
+    rej = d.rejection()
+    assert (rej.stage, rej.reason) == ("structural", "no_tool_calls")
+    only_text = copy.deepcopy(records["openai"])
+    only_text["messages"] = only_text["messages"][:2] + [{"role": "assistant", "content": "Buy the kettle."}]
+    assert classify(trace(only_text)).reason == "no_tool_calls"
+
+    def no_proxy(rec):
+        for step in rec["dialogue"]:
+            step["extra_info"].pop("proxy_calls")
+
+    row = edited(records, "1", no_proxy)
+    assert (classify(row).label, classify(row).reason) == ("reject", "structural_unclear")
+    assert classify(row, StructuralConfig(no_evidence_label="agentic")).label == "agentic"
+
+
+def test_search_burst_without_inference_is_subtask(records):
+    def no_inference(rec):
+        for step in rec["dialogue"]:
+            calls = step["extra_info"].get("proxy_calls", [])
+            step["extra_info"]["proxy_calls"] = [c for c in calls if c["path"].startswith("/search")]
+
+    d = classify(edited(records, "3", no_inference))
+    assert d.label == "subtask" and d.evidence["signals"]["no_inference"] == 2
+
+
+# ---- reasoning gate ------------------------------------------------------------------------
+
+
+def test_reasoning_gate(records):
+    assert reasoning_gate(trace(records["1"])) is None
+    assert reasoning_gate(trace(records["2"])) is None  # outcome 0, judge 0.7: still a corpus row
+    rej = reasoning_gate(trace(records["4"]))
+    assert (rej.stage, rej.reason) == ("reasoning_gate", "reasoning_gate")
+    assert reasoning_gate(edited(records, "1", lambda r: r.update(reasoning_score=0.5))) is None
+    assert reasoning_gate(edited(records, "1", lambda r: r.update(reasoning_score=0.49))).reason == "reasoning_gate"
+    null = edited(records, "1", lambda r: r.update(reasoning_score=None))
+    assert reasoning_gate(null).reason == "reasoning_missing"
+    assert reasoning_gate(null, GateConfig(null_reasoning_score_policy="keep")) is None
+    for key in ("rollout", "openai"):
+        assert reasoning_gate(trace(records[key])) is None
+        assert reasoning_gate(trace(records[key]), GateConfig(missing_judge_policy="reject")).reason == "reasoning_missing"
+    assert reasoning_gate(trace(records["2"]), GateConfig(min_reasoning_score=0.8)).reason == "reasoning_gate"
+
+
+# ---- format gate ---------------------------------------------------------------------------
+
+
+def test_clean_samples_pass_format_gate(records):
+    for key in ("1", "2", "3", "4", "rollout", "openai"):
+        assert format_gate(trace(records[key])) is None, key
+    assert format_gate(trace(records["5"])).reason == "recommend_count"
+
+
+def fmt(records, key, edit) -> str | None:
+    rej = format_gate(edited(records, key, edit))
+    assert rej is None or rej.stage == "format_gate"
+    return rej and rej.reason
+
+
+def test_unknown_tool(records):
+    assert fmt(records, "1", lambda r: call(r, 0).update(name="buy_now")) == "unknown_tool"
+
+
+@pytest.mark.parametrize("params", [
+    {"q": "bag", "page": 9}, {"q": "bag", "page": "1"}, {"q": "bag", "page": True}, {"q": "", "page": 1},
+    {"page": 1}, {"q": "bag", "page": 1, "color": "red"}, {"q": "bag", "page": 1, "sort": "cheapest"},
+    {"q": "bag", "page": 1, "price": "cheap"}, {"q": "bag", "page": 1, "service": "fast"},
+    "not json", '["q", "page"]', None, 42,
+])
+def test_malformed_arguments(records, params):
+    assert fmt(records, "1", lambda r: call(r, 0).update(parameters=params)) == "malformed_arguments"
+
+
+def test_valid_optional_arguments(records):
+    ok = {"q": "bag", "page": 5, "price": "180-505", "sort": "priceasc", "service": "COD,freeShipping", "shop_id": None}
+    assert fmt(records, "1", lambda r: call(r, 0).update(parameters=ok)) is None
+    assert argument_error("find_product", '{"q": "a", "page": 1, "x": 1}', allow_extra=True) is None
+    assert argument_error("terminate", '{"status": "done"}') is not None
+    assert argument_error("calculate_voucher", '{"product_prices": "1,2", "voucher_type": "platform", '
+                          '"discount_value": 50, "threshold": 600, "budget": 640.5}') is None
+
+
+def test_unpaired_tool_call(records):
+    assert fmt(records, "1", lambda r: call(r, 1).pop("result")) == "unpaired_tool_call"
+    # a final recommend without its result is unpaired; a final terminate alone is not
+    assert fmt(records, "1", lambda r: call(r, 3).pop("result")) is None
+    assert fmt(records, "1", lambda r: r["dialogue"].pop()) is None  # ends on the answered recommend
+    row = edited(records, "1", lambda r: (r["dialogue"].pop(), call(r, 2).pop("result")))
+    assert format_gate(row).reason == "unpaired_tool_call"
+
+    def orphan_result(rec):
+        rec["messages"][3]["tool_call_id"] = "call_9"
+
+    assert fmt(records, "openai", orphan_result) == "unpaired_tool_call"
+
+    def duplicate_ids(rec):
+        rec["messages"][4]["tool_calls"][0]["id"] = "call_1"
+        rec["messages"][5]["tool_call_id"] = "call_1"
+
+    assert fmt(records, "openai", duplicate_ids) == "unpaired_tool_call"
+
+
+def test_recommend_count(records):
+    rej = format_gate(trace(records["5"]))
+    assert (rej.reason, rej.detail) == ("recommend_count", "2 recommend_product calls")
+    assert fmt(records, "1", lambda r: del_step(r, 2)) == "recommend_count"
+
+
+def del_step(rec, i):
+    del rec["dialogue"][i]
+
+
+@pytest.mark.parametrize("ids", ["abc", "123,,456", "", " ", "12a", "٣٤٥", "1" * 21, "5035687794;5035600001"])
+def test_bad_product_ids(records, ids):
+    assert fmt(records, "1", lambda r: call(r, 2).update(parameters={"product_ids": ids})) == "bad_product_ids"
+
+
+def test_parse_product_ids():
+    assert parse_product_ids("5035687794, 5035600001 ") == ["5035687794", "5035600001"]
+    assert parse_product_ids(5035687794) is None
+
+
+def test_think_then_stop(records):
+    stop = {"completion": {"content": "<think>Let me think more.</think>", "message": {"think": "Let me think more."}},
+            "extra_info": {"step": 4}}
+    assert fmt(records, "1", lambda r: r["dialogue"].append(stop)) == "think_then_stop"
+    assert fmt(records, "1", lambda r: r["dialogue"].insert(1, stop)) == "think_then_stop"
+    answer = {"completion": {"message": {"think": "Done.", "response": "I recommended 5035687794."}}}
+    assert fmt(records, "1", lambda r: r["dialogue"].append(answer)) is None
+
+
+def test_too_long(records):
+    row = trace(records["1"])
+    rej = format_gate(row, GateConfig(max_tokens=500))
+    assert rej.reason == "too_long" and rej.detail.endswith("> 500")
+    n = trace_tokens(orjson.loads(row["messages"]), row["tools"])
+    assert 1000 < n < 2000
+    assert fmt(records, "1", lambda r: msg(r, 1).update(think="word " * 12_000)) == "too_long"
+
+
+def test_gate_rejection_becomes_ledger_row(records):
+    row = trace(records["5"])
+    ledger = ledger_row_for_trace(row, format_gate(row))
+    assert (ledger["trace_id"], ledger["source_line"], ledger["stage"], ledger["reason"], ledger["raw_line"]) == (
+        row["trace_id"], 1, "format_gate", "recommend_count", None)
+
+
+def test_gates_never_raise_on_hostile_rows(records):
+    row = trace(records["1"])
+    for messages in ["", "null", "{}", "[1]", '[{"role": "assistant", "tool_calls": [{"id": 1}]}]',
+                     '[{"role": "assistant", "tool_calls": "x"}]']:
+        rej = format_gate({**row, "messages": messages})
+        assert rej is not None and rej.reason in REASONS
+    assert reasoning_gate({**row, "reasoning_score": "0.9"}).reason == "reasoning_missing"
+    assert classify({**row, "proxy_evidence": "{bad"}).reason == "structural_unclear"
+    assert classify({**row, "messages": None}).reason == "no_tool_calls"
+
+
+# ---- tokens and reasons --------------------------------------------------------------------
+
+
+def test_token_estimate():
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("5035687794") == 10  # digits one each
+    assert estimate_tokens("abcdef") == 2
+    english = "The first result costs little and its brand matches the request. " * 20
+    assert estimate_tokens(english) >= len(english) / 4  # errs long on English prose
+    assert count_tokens("abc def", None) == estimate_tokens("abc def")
+
+
+def test_count_tokens_with_a_real_tokenizer(records):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    assert count_tokens("a b c d", tok) == 4
+    row = trace(records["1"])
+    cfg = GateConfig(max_tokens=1000)
+    assert format_gate(row, cfg).reason == "too_long"  # the estimate: 1357
+    assert format_gate(row, cfg, tokenizer=tok) is None  # this tokenizer counts words and marks: 791
+
+
+def test_reason_table():
+    assert set(REASONS) == {str(r) for r in Reason} and all(REASONS.values())
+    assert set(REASON_STAGE.values()) == {"read", "normalize", "dedupe", "structural", "reasoning_gate", "format_gate"}
+    md = reasons_markdown()
+    assert all(f"`{code}`" in md for code in REASONS) and md.count("\n") == len(REASONS) + 2
