@@ -1,0 +1,151 @@
+"""Evaluation metrics: ASR, unbiased pass@k, per category, and the validator's final score.
+
+pass@k follows Chen et al. 2021 (HumanEval): with n samples of which c succeed,
+pass@k = 1 - C(n-c, k) / C(n, k), computed as a running product (no huge binomials), averaged
+over problems. ASR is the mean success over all samples; with the same n for every problem it
+equals pass@1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+CATEGORIES = ("Product", "Shop", "Voucher")
+K_VALUES = (1, 2, 4, 8)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem: 1 - C(n-c, k)/C(n, k), as 1 - prod_{i=n-c+1..n}(1 - k/i)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def reasoning_coefficient(q: float) -> float:
+    """The validator's coefficient on a judge score q: 1.0 if q >= 0.8 else 0.3 + 0.875 q."""
+    return 1.0 if q >= 0.8 else 0.3 + 0.875 * q
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _per_problem(episodes: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    n: Counter[str] = Counter()
+    c: Counter[str] = Counter()
+    for ep in episodes:
+        n[ep.problem_id] += 1
+        c[ep.problem_id] += int(bool(ep.success))
+    return {pid: (n[pid], c[pid]) for pid in n}
+
+
+def pass_at_k_table(episodes: Sequence[Any], ks: Sequence[int] = K_VALUES) -> dict[str, float]:
+    """Mean pass@k over problems, for each k in ks that every problem's sample count allows."""
+    counts = _per_problem(episodes)
+    if not counts:
+        return {}
+    n_min = min(n for n, _ in counts.values())
+    return {str(k): sum(pass_at_k(n, c, k) for n, c in counts.values()) / len(counts) for k in ks if 1 <= k <= n_min}
+
+
+def _group(episodes: Sequence[Any], ks: Sequence[int]) -> dict[str, Any]:
+    successes = sum(1 for ep in episodes if ep.success)
+    return {
+        "asr": successes / len(episodes) if episodes else None,
+        "pass_at_k": pass_at_k_table(episodes, ks),
+        "problems": len({ep.problem_id for ep in episodes}),
+        "samples": len(episodes),
+        "successes": successes,
+    }
+
+
+def compute_metrics(episodes: Sequence[Any], ks: Sequence[int] = K_VALUES) -> dict[str, Any]:
+    """All metrics of one evaluation as a JSON-ready dict (k keys are strings)."""
+    overall = _group(episodes, ks)
+    by_cat: dict[str, list[Any]] = defaultdict(list)
+    for ep in episodes:
+        by_cat[ep.category].append(ep)
+    categories = list(CATEGORIES) + sorted(c for c in by_cat if c not in CATEGORIES)
+    judged = [ep.reasoning_score for ep in episodes if getattr(ep, "reasoning_score", None) is not None]
+    q = _mean(judged)
+    coef = reasoning_coefficient(q) if q is not None else None
+    asr = overall["asr"]
+    return {
+        "asr": asr,
+        "pass_at_1": overall["pass_at_k"].get("1"),
+        "pass_at_k": overall["pass_at_k"],
+        "by_category": {cat: _group(by_cat.get(cat, []), ks) for cat in categories},
+        "mean_rule_score": _mean([ep.rule_score for ep in episodes]),
+        "mean_gt": _mean([ep.gt for ep in episodes]),
+        "format_valid_rate": _mean([1.0 if ep.format_valid else 0.0 for ep in episodes]),
+        "mean_steps": _mean([float(ep.steps) for ep in episodes]),
+        "mean_latency_s": _mean([ep.latency_s for ep in episodes]),
+        "failure_reasons": dict(sorted(Counter(ep.failure_reason for ep in episodes if ep.failure_reason).items())),
+        # The validator: final = success rate x coefficient of the (mean) judge score.
+        "reasoning_q": q,
+        "reasoning_coef": coef,
+        "final_score": asr * coef if asr is not None and coef is not None else None,
+        "counts": {"problems": overall["problems"], "samples": overall["samples"],
+                   "successes": overall["successes"], "judged": len(judged)},
+    }
+
+
+def _metrics_of(result: Any) -> dict[str, Any]:
+    return result.metrics if hasattr(result, "metrics") else result
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def metrics_table(results_by_policy: Mapping[str, Any]) -> str:
+    """A markdown table, one row per policy (EvalResult or metrics dict); rates in %."""
+    metrics = {name: _metrics_of(r) for name, r in results_by_policy.items()}
+    ks = sorted({int(k) for m in metrics.values() for k in m["pass_at_k"]})
+    head = ["policy", "ASR", *[f"pass@{k}" for k in ks], *CATEGORIES, "rule score", "format valid", "mean steps",
+            "final", "samples"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in metrics.items():
+        cells = [name, _pct(m["asr"]), *[_pct(m["pass_at_k"].get(str(k))) for k in ks],
+                 *[_pct(m["by_category"].get(c, {}).get("asr")) for c in CATEGORIES],
+                 _pct(m["mean_rule_score"]), _pct(m["format_valid_rate"]),
+                 "–" if m["mean_steps"] is None else f"{m['mean_steps']:.2f}", _pct(m["final_score"]),
+                 str(m["counts"]["samples"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_asr(results_by_policy: Mapping[str, Any], path: str | Path) -> Path:
+    """A grouped bar chart (overall ASR and per category, per policy) written as PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, thread-safe
+
+    metrics = {name: _metrics_of(r) for name, r in results_by_policy.items()}
+    groups = ["overall", *CATEGORIES]
+    fig = Figure(figsize=(1.8 + 1.6 * len(groups), 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.8 / max(1, len(metrics))
+    for i, (name, m) in enumerate(metrics.items()):
+        values = [m["asr"] or 0.0] + [(m["by_category"].get(c, {}).get("asr") or 0.0) for c in CATEGORIES]
+        xs = [g + (i - (len(metrics) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [100 * v for v in values], width, label=name)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("ASR (%)")
+    ax.set_title("Held-out ASR by policy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path

@@ -1,0 +1,234 @@
+"""A small OpenAI-compatible chat server over a policy (`shopdistill serve`'s backend).
+
+Standard library only (`ThreadingHTTPServer`): no dependency, and one thread per connection
+is plenty for a scripted policy or a tiny CPU model. It speaks HTTP/1.1 keep-alive so the
+evaluation's client reuses connections. Endpoints: `GET /v1/models` (answers once the server
+is bound, which happens only after the policy is built), `POST /v1/chat/completions`
+(non-streaming). A bad request gets a 400 JSON error; a policy failure a 500; the server
+never dies on a request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from shopdistill_assets.core.tokens import estimate_tokens
+from shopdistill_assets.eval.policies import Policy
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class PolicyRequestError(ValueError):
+    """The request cannot be served (e.g. the prompt exceeds the model's context): HTTP 400."""
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _number(body: dict[str, Any], key: str, kind: type) -> Any:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+        raise PolicyRequestError(f"'{key}' must be a {kind.__name__}")
+    return kind(value)
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    """Validate a chat-completions body; raises PolicyRequestError with a readable message."""
+    if not isinstance(body, dict):
+        raise PolicyRequestError("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        raise PolicyRequestError("'messages' must be a non-empty list of objects with a 'role'")
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise PolicyRequestError("'tools' must be a list of objects")
+    if body.get("stream"):
+        raise PolicyRequestError("streaming is not supported")
+    max_tokens = _number(body, "max_tokens", int) or _number(body, "max_completion_tokens", int)
+    return ChatRequest(
+        model=str(body.get("model") or ""), messages=messages, tools=tools,
+        temperature=_number(body, "temperature", float), max_tokens=max_tokens, seed=_number(body, "seed", int),
+    )
+
+
+def completion_response(message: dict[str, Any], model: str, prompt_text: str) -> dict[str, Any]:
+    """Wrap an assistant message in the chat.completion shape (usage estimated unless given)."""
+    usage = message.pop("usage", None)
+    content = message.get("content")
+    tool_calls = message.get("tool_calls") or []
+    out_message: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else None}
+    if tool_calls:
+        out_message["tool_calls"] = tool_calls
+    if message.get("reasoning_content"):
+        out_message["reasoning_content"] = message["reasoning_content"]
+    if not isinstance(usage, dict):
+        completion_text = (content or "") + (message.get("reasoning_content") or "") + json.dumps(tool_calls)
+        usage = {"prompt_tokens": estimate_tokens(prompt_text), "completion_tokens": estimate_tokens(completion_text)}
+    usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": out_message, "finish_reason": "tool_calls" if tool_calls else "stop",
+                     "logprobs": None}],
+        "usage": usage,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: avoid the 40 ms delayed-ACK stall
+    server: _PolicyHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
+        pass
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            model = {"id": self.server.model_name, "object": "model", "created": 0, "owned_by": "shopdistill"}
+            self._send(200, {"object": "list", "data": [model]})
+        elif self.path.rstrip("/") in ("/health", ""):
+            self._send(200, {"status": "ok"})
+        else:
+            self._error(404, f"no route {self.path[:100]}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"no route {self.path[:100]}")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(411, "Content-Length required")
+            return
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._error(413, "request body too large")
+            return
+        raw = self.rfile.read(length)
+        try:
+            request = parse_chat_request(json.loads(raw))
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._error(400, str(exc) if isinstance(exc, PolicyRequestError) else f"invalid JSON body: {exc}")
+            return
+        self._respond(request, raw)
+
+    def _respond(self, request: ChatRequest, raw: bytes) -> None:
+        if self.server.latency_s:
+            time.sleep(self.server.latency_s)  # stands in for a real endpoint's time per request
+        try:
+            message = self.server.policy(
+                request.messages, request.tools, temperature=request.temperature,
+                max_tokens=request.max_tokens, seed=request.seed,
+            )
+        except PolicyRequestError as exc:
+            self._error(400, str(exc))
+            return
+        except Exception as exc:  # a policy bug must not take the server down
+            self._error(500, f"policy failed: {type(exc).__name__}: {exc}"[:500], "server_error")
+            return
+        self._send(200, completion_response(dict(message), request.model or self.server.model_name, raw.decode("utf-8", "replace")))
+
+
+class _PolicyHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # bursts of concurrent episodes connect at once
+
+    def __init__(self, address: tuple[str, int], policy: Policy, model_name: str, latency_s: float) -> None:
+        super().__init__(address, _Handler)
+        self.policy = policy
+        self.model_name = model_name
+        self.latency_s = latency_s
+
+
+@dataclass
+class RunningServer:
+    """A server running in a background thread; `url` is the OpenAI base URL (…/v1)."""
+
+    httpd: _PolicyHTTPServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.httpd.server_address[0]}:{self.port}/v1"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str | None = None,
+          latency_ms: float = 0.0) -> RunningServer:
+    """Start serving `policy` in a daemon thread (port 0 picks a free port); returns at once."""
+    name = model_name or getattr(policy, "name", "shopdistill-policy")
+    httpd = _PolicyHTTPServer((host, port), policy, name, latency_ms / 1000.0)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
+                              name=f"shopdistill-serve-{httpd.server_address[1]}")
+    thread.start()
+    return RunningServer(httpd, thread)
+
+
+def serve_forever(policy: Policy, host: str = "127.0.0.1", port: int = 8000, *, model_name: str | None = None,
+                  latency_ms: float = 0.0) -> None:
+    """Blocking variant for the CLI: serves until interrupted."""
+    server = serve(policy, host, port, model_name=model_name, latency_ms=latency_ms)
+    try:
+        server.thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def wait_ready(base_url: str, timeout_s: float = 60.0) -> bool:
+    """Poll `GET {base_url}/models` until it answers 200 or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,113 @@
+"""A tiny Qwen3 causal LM with a locally trained BPE tokenizer, built offline in seconds.
+
+Tests and the local demo need a real transformers checkpoint (chat template with tools, tool
+calls, think blocks) without hub access. The weights are random: the model's output is
+garbage, which is exactly what the evaluation's failure paths need to see. The training
+stages reuse it as their starting checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
+    "<tool_response>", "</tool_response>",
+]
+
+# Used only when TRL's copy of the original Qwen3 template is not installed: renders system,
+# user, assistant (think + tool calls) and tool turns the way Qwen3 does, minus its edge cases.
+FALLBACK_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'user' %}<|im_start|>user\n{{ m.content }}<|im_end|>\n"
+    "{%- elif m.role == 'assistant' %}<|im_start|>assistant\n"
+    "{%- if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m.content or '' }}"
+    "{%- for tc in m.tool_calls or [] %}\n<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    "{% if tc.function.arguments is string %}{{ tc.function.arguments }}{% else %}{{ tc.function.arguments | tojson }}{% endif %}"
+    "}\n</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+_PHRASES = [
+    "Find a hosport brand waist bag priced between 180 and 505 PHP.",
+    "I need a 1.7 liter stainless steel electric kettle with automatic shut-off, below 1200 PHP.",
+    "Recommend wireless earbuds with free shipping and cash on delivery from an official store.",
+    "I want running shoes and a yoga mat from the same shop. My budget is 2000 PHP.",
+    "I have a platform voucher: spend over 600, get 50 off. My budget is 640 PHP.",
+    "The search returned 10 products; product 5035687794 costs 459.0 PHP and its brand is hosport.",
+    "Compare the two candidates: the first is cheaper, the second has more sold_count.",
+    "Let me view the product information to check the attributes and sku options.",
+    "I will recommend the product that matches the brand, the price range and the color.",
+]
+
+
+def chat_template_text() -> str:
+    """TRL's copy of the original Qwen3 chat template, or the minimal fallback."""
+    try:
+        return resources.files("trl").joinpath("chat_templates/qwen3.jinja").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return FALLBACK_TEMPLATE
+
+
+def _corpus() -> list[str]:
+    lines = [json.dumps(schema) for schema in TOOL_SCHEMAS.values()]
+    lines += [json.dumps(schema, indent=1) for schema in TOOL_SCHEMAS.values()]
+    lines += _PHRASES * 8
+    lines += [chat_template_text()]
+    for name in TOOL_SCHEMAS:
+        lines.append(f'<tool_call>\n{{"name": "{name}", "arguments": {{"product_ids": "5035687794,5035600001"}}}}\n</tool_call>')
+    return lines
+
+
+def build_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer trained on the tool schemas and shopping phrases."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
+        additional_special_tokens=SPECIAL_TOKENS[3:],
+    )
+    tokenizer.chat_template = chat_template_text()
+    return tokenizer
+
+
+def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 1024) -> Path:
+    """Build and save (model + tokenizer) a tiny random-weight Qwen3 at `path`; returns it."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    path = Path(path)
+    tokenizer = build_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=16384,
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1])
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
