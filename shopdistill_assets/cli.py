@@ -35,6 +35,55 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _arena_dir(args: argparse.Namespace) -> Path:
+    from shopdistill_assets.instance import project_home
+
+    return Path(args.arena) if getattr(args, "arena", None) else project_home() / "arena"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from shopdistill_assets.eval.server import serve_forever
+    from shopdistill_assets.heldout import load_problems
+    from shopdistill_assets.sandbox import load_catalog
+
+    if args.policy in ("oracle", "random"):
+        from shopdistill_assets.eval.policies import OraclePolicy, RandomPolicy
+
+        if args.policy == "oracle":
+            arena = _arena_dir(args)
+            problems = load_problems(Path(args.suites) if args.suites else arena / "suites")
+            policy = OraclePolicy(problems, load_catalog(Path(args.catalog) if args.catalog else arena / "catalog"))
+        else:
+            policy = RandomPolicy(seed=args.seed)
+        name = args.model_name or args.policy
+    elif args.checkpoint:
+        from shopdistill_assets.eval.hf_policy import HFPolicy
+
+        policy = HFPolicy(args.checkpoint, max_new_tokens=args.max_new_tokens)
+        name = args.model_name or Path(args.checkpoint).name
+    else:
+        raise SystemExit("serve: give a CHECKPOINT path or --policy oracle|random")
+    serve_forever(policy, host=args.host, port=args.port, model_name=name)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
+    from shopdistill_assets.heldout import default_heldout_path, load_problems
+    from shopdistill_assets.sandbox import load_catalog
+
+    heldout = Path(args.heldout) if args.heldout else default_heldout_path()
+    problems = load_problems(heldout)
+    if args.limit:
+        problems = problems[: args.limit]
+    catalog = load_catalog(Path(args.catalog) if args.catalog else _arena_dir(args) / "catalog")
+    cfg = RolloutConfig(samples=args.samples, max_steps=args.max_steps, concurrency=args.concurrency,
+                        request_timeout_s=args.timeout)
+    result = evaluate(args.endpoint, args.model, problems, catalog, cfg)
+    print(json.dumps(result.summary(), indent=1, default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shopdistill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,6 +101,32 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reupload-share", type=float, default=0.01)
     sim.add_argument("--other-dialect-share", type=float, default=0.04)
     sim.set_defaults(func=cmd_simulate)
+
+    srv = sub.add_parser("serve", help="serve an OpenAI-compatible chat endpoint with tool calling")
+    srv.add_argument("checkpoint", nargs="?", help="a transformers checkpoint folder")
+    srv.add_argument("--policy", choices=["oracle", "random"], help="a scripted policy instead of a checkpoint")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--model-name", help="the model name the endpoint reports")
+    srv.add_argument("--arena", help="simulated arena folder (default HOME/arena), for the oracle's suites and catalog")
+    srv.add_argument("--suites", help="suite file or folder the oracle knows the answers of")
+    srv.add_argument("--catalog", help="catalog folder or documents.jsonl.gz")
+    srv.add_argument("--seed", type=int, default=0)
+    srv.add_argument("--max-new-tokens", type=int, default=512)
+    srv.set_defaults(func=cmd_serve)
+
+    ev = sub.add_parser("eval", help="evaluate an endpoint on the held-out set; prints one JSON object")
+    ev.add_argument("--endpoint", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    ev.add_argument("--model", required=True)
+    ev.add_argument("--samples", type=int, default=8)
+    ev.add_argument("--heldout", help="held-out set: a heldout_eval_set snapshot folder, or suite files (default: the latest snapshot in the project home)")
+    ev.add_argument("--arena", help="simulated arena folder (default HOME/arena), for the catalog")
+    ev.add_argument("--catalog", help="catalog folder or documents.jsonl.gz")
+    ev.add_argument("--limit", type=int, help="evaluate only the first N problems")
+    ev.add_argument("--max-steps", type=int, default=25)
+    ev.add_argument("--concurrency", type=int, default=8)
+    ev.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    ev.set_defaults(func=cmd_eval)
     return parser
 
 

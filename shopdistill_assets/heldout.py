@@ -1,0 +1,60 @@
+"""Reading problems to evaluate on: a `heldout_eval_set` snapshot or plain suite files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from shopdistill_assets.instance import project_home
+from shopdistill_assets.sandbox import Problem, load_suite
+
+HELDOUT_ASSET = "heldout_eval_set"
+
+
+def problems_to_rows(problems: list[Problem]) -> list[dict]:
+    """The columns a held-out snapshot stores per problem (ground truth as JSON text)."""
+    return [{"problem_id": p.problem_id, "query": p.query, "category": p.category, "difficulty": p.difficulty,
+             "reward_json": json.dumps(list(p.reward), sort_keys=True),
+             "voucher_json": json.dumps(p.voucher, sort_keys=True) if p.voucher else None} for p in problems]
+
+
+def rows_to_problems(rows: list[dict]) -> list[Problem]:
+    out = []
+    for row in rows:
+        reward = json.loads(row["reward_json"])
+        out.append(Problem.from_dict({
+            "problem_id": row["problem_id"], "query": row["query"], "category": row["category"],
+            "difficulty": row.get("difficulty") or "",
+            "reward": reward[0] if row["category"] == "Product" else reward,
+            "voucher": json.loads(row["voucher_json"]) if row.get("voucher_json") else None,
+        }))
+    return out
+
+
+def load_problems(path: Path) -> list[Problem]:
+    """A snapshot folder (parquet), a folder of suite files, or one suite file."""
+    path = Path(path)
+    if path.is_dir():
+        parts = sorted(path.glob("*.parquet"))
+        if parts:
+            import polars as pl
+
+            return rows_to_problems(pl.concat([pl.read_parquet(p) for p in parts]).to_dicts())
+        files = sorted(p for p in path.glob("*.json*") if p.name != "latent.json")
+        if not files:
+            raise FileNotFoundError(f"no suite files or parquet parts in {path}")
+        return [p for f in files for p in load_suite(f)]
+    if not path.exists():
+        raise FileNotFoundError(f"no held-out set at {path}")
+    return load_suite(path)
+
+
+def default_heldout_path() -> Path:
+    """The newest `heldout_eval_set` snapshot in the project home's lake."""
+    root = project_home() / "lake" / HELDOUT_ASSET
+    snapshots = sorted((p for p in root.glob("*") if (p / "manifest.json").exists()), key=lambda p: p.stat().st_mtime)
+    if not snapshots:
+        raise FileNotFoundError(
+            f"no {HELDOUT_ASSET} snapshot under {root}: run `shopdistill corpus …` (or `shopdistill demo`) first, "
+            "or pass --heldout PATH")
+    return snapshots[-1]
