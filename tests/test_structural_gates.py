@@ -175,8 +175,8 @@ def test_valid_optional_arguments(records):
     assert fmt(records, "1", lambda r: call(r, 0).update(parameters=ok)) is None
     assert argument_error("find_product", '{"q": "a", "page": 1, "x": 1}', allow_extra=True) is None
     assert argument_error("terminate", '{"status": "done"}') is not None
-    assert argument_error("calculate_voucher", '{"product_prices": "1,2", "voucher_type": "platform", '
-                          '"discount_value": 50, "threshold": 600, "budget": 640.5}') is None
+    assert argument_error("calculate_voucher", '{"product_ids": "1,2", "voucher_type": "platform", '
+                          '"discount_type": "fixed", "face_value": 50, "threshold": 600}') is None
 
 
 def test_unpaired_tool_call(records):

@@ -7,8 +7,8 @@ whatever the record holds, it returns either a canonical row (a plain dict, see
 `CanonicalTrace`) or a `Rejection`. Readers judge only *shape*; whether a well-shaped trace is
 good training data is for the structural filter and the gates.
 
-`TOOL_SCHEMAS` is the single source of the ShoppingBench tool schemas: the canonical `tools`
-column, the format gate and the sandbox all read it.
+The tool schemas come from `sandbox.tool_specs.TOOL_SCHEMAS`, the single source: the canonical
+`tools` column, the format gate and the sandbox all read it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 import orjson
+
+from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 
 from .reasons import Reason, Rejection
 
@@ -38,110 +40,6 @@ SYSTEM_PROMPT = (
     "comma-separated product ids that fit, then call terminate."
 )
 
-_SERVICE = "official|freeShipping|COD|flashsale|default"
-
-
-def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            },
-        },
-    }
-
-
-_STR = {"type": "string"}
-_IDS = {"type": "string", "description": "Comma-separated product ids (digit strings)."}
-
-TOOL_SCHEMAS: dict[str, dict] = {
-    t["function"]["name"]: t
-    for t in (
-        _tool(
-            "find_product",
-            "Search for products; returns up to 10 products a page, each with product_id, "
-            "shop_id, title, price, service and sold_count.",
-            {
-                "q": {"type": "string", "minLength": 1, "description": "Search keywords."},
-                "page": {"type": "integer", "minimum": 1, "maximum": 5, "description": "Result page, 1 to 5."},
-                "shop_id": {"type": "string", "description": "Only products of this shop."},
-                "price": {
-                    "type": "string",
-                    "pattern": r"^\d*(\.\d+)?-\d*(\.\d+)?$",
-                    "description": 'Price range "lo-hi", e.g. "0-100", "1000-".',
-                },
-                "sort": {"type": "string", "enum": ["priceasc", "pricedesc", "order", "default"]},
-                "service": {
-                    "type": "string",
-                    "pattern": rf"^({_SERVICE})(,({_SERVICE}))*$",
-                    "description": "Comma-joined services: official, freeShipping, COD, flashsale, default.",
-                },
-            },
-            ["q", "page"],
-        ),
-        _tool(
-            "view_product_information",
-            "Fetch descriptions, SKU options and attributes of the given products.",
-            {"product_ids": _IDS},
-            ["product_ids"],
-        ),
-        _tool(
-            "recommend_product",
-            "Recommend the products to the user; use it exactly once.",
-            {"product_ids": _IDS},
-            ["product_ids"],
-        ),
-        _tool(
-            "terminate",
-            "End the dialogue and declare the task's completion status.",
-            {"status": {"type": "string", "enum": ["success", "failure"]}},
-            ["status"],
-        ),
-        _tool(
-            "calculate_voucher",
-            "Compute the basket price after a voucher and whether it fits the budget.",
-            {
-                "product_prices": {"type": "string", "description": "Comma-separated prices."},
-                "voucher_type": {"type": "string"},
-                "discount_value": {"type": "number"},
-                "threshold": {"type": "number"},
-                "budget": {"type": "number"},
-                "cap": {"type": "number"},
-            },
-            ["product_prices", "voucher_type", "discount_value", "threshold", "budget"],
-        ),
-        _tool(
-            "python_execute",
-            "Execute Python code; output comes from print() calls.",
-            {"code": _STR},
-            ["code"],
-        ),
-        _tool(
-            "web_search",
-            "Search the web for information.",
-            {"q": {"type": "string", "minLength": 1}, "max_results": {"type": "integer", "minimum": 1, "maximum": 20}},
-            ["q"],
-        ),
-        _tool(
-            "check_product_match",
-            "Check a product against requirements (a JSON object of attribute requirements).",
-            {"product_id": _STR, "requirements": _STR},
-            ["product_id", "requirements"],
-        ),
-        _tool(
-            "find_products_in_same_shop",
-            "Find several products all sold by one shop (product_queries: JSON array of {q, price?, service?}).",
-            {"product_queries": _STR},
-            ["product_queries"],
-        ),
-    )
-}
 _TOOL_JSON: dict[str, str] = {name: orjson.dumps(s).decode() for name, s in TOOL_SCHEMAS.items()}
 # Tools whose calls go to the validator's proxy as /search/<tool> (the structural evidence).
 CATALOGUE_TOOLS = frozenset(

@@ -64,6 +64,7 @@ class Actor:
         self.steps: list[AgentStep] = []
 
     def act(self, think: str, name: str, **parameters: Any) -> Any:
+        parameters = {k: v for k, v in parameters.items() if v is not None}
         result = self.sandbox.call(name, parameters).content()
         self.steps.append(AgentStep(think, [ToolCall(name, parameters, result)]))
         return result
