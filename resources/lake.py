@@ -96,6 +96,46 @@ class LakeResource(S3Access):
         self._replace_folder(folder, {PART_NAME: parquet_bytes(table)})
         return f"{folder}/{PART_NAME}"
 
+    def write_day_parts(self, asset: str, day: str, parts: list[Path]) -> list[str]:
+        """Replace `asset`'s day folder with already-written Parquet files (in this order, as
+        part-00000, part-00001, ...): how large days stream to the lake without holding a
+        table in memory. The files are moved (local) or uploaded (S3) and then removed."""
+        folder = self.day_path(asset, day)
+        names = [f"part-{i:05d}.parquet" for i in range(len(parts))]
+        if is_s3_uri(folder):
+            self._replace_s3_folder(folder, {n: Path(p).read_bytes() for n, p in zip(names, parts)})
+            for p in parts:
+                Path(p).unlink(missing_ok=True)
+        else:
+            self._replace_local_folder(Path(folder), {n: Path(p) for n, p in zip(names, parts)})
+        return [f"{folder}/{n}" for n in names]
+
+    def scratch_dir(self) -> Path:
+        """A fresh local folder for a stage's intermediate files (same filesystem as a local lake)."""
+        base = Path(self.root) / STAGING_DIR if not is_s3_uri(self.root) else Path(tempfile.gettempdir())
+        base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="scratch-", dir=base))
+
+    def day_part_files(self, asset: str, day: str) -> list[Path]:
+        """Local paths of the day's parts (downloaded to a scratch folder when the lake is on S3)."""
+        parts = self._parts(self.day_path(asset, day))
+        if not parts:
+            raise LakePartMissing(f"lake has no {asset} for day {day}: nothing at {self.day_path(asset, day)}")
+        if not is_s3_uri(self.root):
+            return [Path(p) for p in parts]
+        scratch = self.scratch_dir()
+        local = []
+        for i, uri in enumerate(parts):
+            path = scratch / f"part-{i:05d}.parquet"
+            path.write_bytes(self._read_bytes(uri))
+            local.append(path)
+        return local
+
+    def read_day_columns(self, asset: str, day: str, columns: list[str]) -> pa.Table:
+        """Only some columns of a day (the checks and funnels need ids, not messages)."""
+        tables = [pq.read_table(p, columns=columns) for p in self.day_part_files(asset, day)]
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
     def has_day(self, asset: str, day: str) -> bool:
         return bool(self._parts(self.day_path(asset, day)))
 
@@ -150,7 +190,7 @@ class LakeResource(S3Access):
         else:
             self._replace_local_folder(Path(folder), files)
 
-    def _replace_local_folder(self, folder: Path, files: dict[str, bytes]) -> None:
+    def _replace_local_folder(self, folder: Path, files: dict[str, bytes | Path]) -> None:
         # Build the whole folder aside, then rename it into place: readers see the old folder
         # or the new one, never a half-written part (between the two renames of a replace the
         # folder is briefly absent; Linux has no portable atomic directory exchange).
@@ -158,6 +198,9 @@ class LakeResource(S3Access):
         staging_root.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f"{folder.name}-", dir=staging_root))
         for name, data in files.items():
+            if isinstance(data, Path):  # already written on this filesystem: move it in
+                os.replace(data, staged / name)
+                continue
             with open(staged / name, "wb") as out:
                 out.write(data)
                 out.flush()

@@ -84,6 +84,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+CORPUS_ASSETS = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
+                 "rejected_traces"]
+
+
+def print_funnel(runs) -> None:
+    header = f"{'day':<11} {'lines':>8} {'traces':>8} {'agentic':>8} {'subtask':>8} {'gated':>8} {'rejected':>8}  conservation"
+    print(header)
+    for run in runs:
+        m = run.metadata
+        if not run.success and not m:
+            print(f"{run.day:<11} FAILED: {run.error}")
+            continue
+        cells = [m.get("normalized_traces", {}).get("in"), m.get("normalized_traces", {}).get("kept"),
+                 m.get("agentic_traces", {}).get("kept"), m.get("subtask_traces", {}).get("kept"),
+                 m.get("gated_traces", {}).get("kept"), m.get("rejected_traces", {}).get("rejected")]
+        verdict = {True: "ok", False: "FAILED"}.get(run.checks.get("conservation"), "-")
+        print(f"{run.day:<11} " + " ".join(f"{c if c is not None else '-':>8}" for c in cells) + f"  {verdict}")
+        if not run.success:
+            print(f"{'':<11} FAILED: {run.error}")
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from shopdistill_assets.definitions import build_resources
+    from shopdistill_assets.runner import materialize_days
+
+    resources = build_resources(firehose_root=args.firehose, lake_root=args.lake, endpoint_url=args.endpoint_url)
+    runs = materialize_days(resources, CORPUS_ASSETS, sorted(set(args.day)))
+    print_funnel(runs)
+    return 0 if all(r.success for r in runs) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shopdistill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reupload-share", type=float, default=0.01)
     sim.add_argument("--other-dialect-share", type=float, default=0.04)
     sim.set_defaults(func=cmd_simulate)
+
+    cor = sub.add_parser("corpus", help="run the corpus assets for days through Dagster and print the funnel")
+    cor.add_argument("--firehose", help="firehose root: folder or s3://bucket/prefix (default HOME/arena/firehose)")
+    cor.add_argument("--lake", help="lake root: folder or s3://bucket/prefix (default HOME/lake)")
+    cor.add_argument("--day", action="append", required=True, help="YYYY-MM-DD; repeat for several days")
+    cor.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// roots")
+    cor.set_defaults(func=cmd_corpus)
 
     srv = sub.add_parser("serve", help="serve an OpenAI-compatible chat endpoint with tool calling")
     srv.add_argument("checkpoint", nargs="?", help="a transformers checkpoint folder")

@@ -20,13 +20,15 @@ from dagster import Definitions
 from jobs.schedules import corpus_daily_job, corpus_daily_schedule
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
+from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
 from shopdistill_assets.ingest import raw_firehose
 
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     raw_firehose,
+    *CORPUS_ASSETS,
 ]
-ASSET_CHECKS: list = []
+ASSET_CHECKS: list = [*CORPUS_CHECKS]
 JOBS = [corpus_daily_job]
 SCHEDULES = [corpus_daily_schedule]
 
@@ -35,26 +37,34 @@ def shopdistill_home() -> Path:
     return Path(os.environ.get("SHOPDISTILL_HOME") or ".shopdistill")
 
 
-def build_definitions(
+def build_resources(
     firehose_root: str | None = None,
     lake_root: str | None = None,
     endpoint_url: str | None = None,
-) -> Definitions:
-    """Definitions over the given roots; arguments left None come from the environment."""
+) -> dict:
+    """Resources over the given roots; arguments left None come from the environment."""
     home = shopdistill_home()
     firehose_root = (
         firehose_root or os.environ.get("SHOPDISTILL_FIREHOSE") or str(home / "arena" / "firehose")
     )
     lake_root = lake_root or os.environ.get("SHOPDISTILL_LAKE") or str(home / "lake")
     endpoint_url = endpoint_url or os.environ.get("SHOPDISTILL_S3_ENDPOINT_URL") or None
-    resources = {
+    return {
         "firehose": FirehoseResource(root=firehose_root, endpoint_url=endpoint_url),
         "lake": LakeResource(root=lake_root, endpoint_url=endpoint_url),
     }
+
+
+def build_definitions(
+    firehose_root: str | None = None,
+    lake_root: str | None = None,
+    endpoint_url: str | None = None,
+) -> Definitions:
+    """Definitions over the given roots; arguments left None come from the environment."""
     return Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
-        resources=resources,
+        resources=build_resources(firehose_root, lake_root, endpoint_url),
         jobs=JOBS,
         schedules=SCHEDULES,
     )
