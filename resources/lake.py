@@ -158,6 +158,15 @@ class LakeResource(S3Access):
         self._replace_folder(folder, files)
         return folder
 
+    def write_snapshot_file(self, asset: str, version: str, part: Path, manifest: dict[str, Any]) -> str:
+        """Like write_snapshot, for a part already written to a local file (large snapshots)."""
+        folder = self.snapshot_path(asset, version)
+        if is_s3_uri(folder):
+            self._replace_s3_folder(folder, {PART_NAME: Path(part).read_bytes(), MANIFEST_NAME: manifest_bytes(manifest)})
+        else:
+            self._replace_local_folder(Path(folder), {PART_NAME: Path(part), MANIFEST_NAME: manifest_bytes(manifest)})
+        return folder
+
     def read_snapshot(self, asset: str, version: str) -> pl.DataFrame:
         return self._read_parts(self.snapshot_path(asset, version), f"{asset} {version}")
 

@@ -85,7 +85,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 CORPUS_ASSETS = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
-                 "rejected_traces"]
+                 "rejected_traces", "leak_clusters", "split_traces"]
 
 
 def print_funnel(runs) -> None:

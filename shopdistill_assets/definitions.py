@@ -22,13 +22,15 @@ from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
 from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
 
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     raw_firehose,
     *CORPUS_ASSETS,
+    *SPLIT_ASSETS,
 ]
-ASSET_CHECKS: list = [*CORPUS_CHECKS]
+ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS]
 JOBS = [corpus_daily_job]
 SCHEDULES = [corpus_daily_schedule]
 

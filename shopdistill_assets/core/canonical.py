@@ -19,7 +19,7 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass
 
-CANONICALIZER_VERSION = "canon-v1"
+CANONICALIZER_VERSION = "canon-v2"
 
 
 @dataclass(frozen=True)
@@ -256,8 +256,15 @@ _PHRASES = (
     ("cash on delivery", " service_cod "),
     ("pay on delivery", " service_cod "),
     ("payment on delivery", " service_cod "),
+    ("ships for free", " service_free_shipping "),
+    ("ship for free", " service_free_shipping "),
+    ("shipped for free", " service_free_shipping "),
     ("laz mall", " service_lazmall "),
+    ("official store", " service_lazmall "),
     ("laz flash", " service_lazflash "),
+    ("lazflash sale", " service_lazflash "),
+    ("flash sale", " service_lazflash "),
+    ("flashsale", " service_lazflash "),
 )
 _T_SHIRT = re.compile(r"\bt shirt")
 
@@ -282,7 +289,7 @@ _SYNONYMS = {
     "pesos": "php", "peso": "php", "colour": "color", "colours": "color", "colors": "color", "grey": "gray",
     "shops": "shop", "store": "shop", "stores": "shop", "seller": "shop", "sellers": "shop",
     "items": "product", "item": "product", "products": "product",
-    "cod": "service_cod", "lazmall": "service_lazmall", "lazflash": "service_lazflash",
+    "cod": "service_cod", "lazmall": "service_lazmall", "official": "service_lazmall", "lazflash": "service_lazflash",
     "tee": "tshirt", "tees": "tshirt", "tshirts": "tshirt",
 }
 

@@ -220,6 +220,11 @@ def cluster_id_of(problem_id: str) -> str:
     return "lc_" + hashlib.sha1(problem_id.encode("utf-8")).hexdigest()[:16]
 
 
+def problem_key(problem_id: object, query: object) -> str:
+    """The id the index files a problem under: its own id, or one derived from its text."""
+    return _clean_ref(ProblemRef(problem_id if isinstance(problem_id, str) else "", query))[0]
+
+
 def _clean_ref(ref: ProblemRef) -> tuple[str, str, str]:
     """(problem_id, query, text key) from hostile input; ids are bounded and never empty."""
     query = ref.query[:_MAX_QUERY_CHARS] if isinstance(ref.query, str) else ""
