@@ -115,6 +115,50 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0 if all(r.success for r in runs) else 1
 
 
+DEMO_DAYS = 3
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Simulate an arena, run the corpus path and the split through Dagster, evaluate two baselines."""
+    from shopdistill_assets.definitions import build_resources
+    from shopdistill_assets.instance import project_home
+    from shopdistill_assets.policies_registry import PolicySpec, register
+    from shopdistill_assets.runner import materialize_days, materialize_policies, materialize_unpartitioned
+    from shopdistill_assets.sim import simulate
+
+    home = project_home()
+    arena = home / "arena"
+    start = date.fromisoformat(args.start_day)
+    print(f"[1/4] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
+    simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
+                         seed=args.seed, problems_per_day=60))
+    resources = build_resources(firehose_root=str(arena / "firehose"), lake_root=str(home / "lake"))
+    days = [d.isoformat() for d in ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS).day_list()]
+    print("[2/4] corpus path and leak split, one Dagster run per day")
+    runs = materialize_days(resources, CORPUS_ASSETS, days)
+    print_funnel(runs)
+    print("[3/4] train_corpus and heldout_eval_set snapshots")
+    snap = materialize_unpartitioned(resources, ["train_corpus", "heldout_eval_set"],
+                                     ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
+    corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
+    print(f"      train_corpus {corpus.get('version')}: {corpus.get('dagster/row_count')} traces over "
+          f"{corpus.get('days')} days")
+    print(f"      heldout_eval_set {heldout.get('version')}: {heldout.get('dagster/row_count')} problems")
+    print("[4/4] held-out evaluation of the scripted baselines, served over HTTP")
+    for name in ("oracle", "random"):
+        register(PolicySpec(name=name, scripted=name), home)
+    evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}})
+    for run in evals:
+        m = run.metadata.get("policy_eval", {})
+        status = "" if run.success else f"  FAILED: {run.error}"
+        print(f"      {run.day:<8} ASR {m.get('asr', float('nan')):.3f}  pass@1 {m.get('pass_at_1', float('nan')):.3f}  "
+              f"over {m.get('problems')} problems x {args.samples} samples{status}")
+    print(f"\nLake: {home / 'lake'}    Dagster home: {home / 'dagster'}\n"
+          "See it in the UI: make dev  (then open http://127.0.0.1:3000)")
+    ok = all(r.success for r in [*runs, snap, *evals])
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shopdistill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reupload-share", type=float, default=0.01)
     sim.add_argument("--other-dialect-share", type=float, default=0.04)
     sim.set_defaults(func=cmd_simulate)
+
+    demo = sub.add_parser("demo", help="the main job on the embedded default: a simulated arena, end to end")
+    demo.add_argument("--start-day", default="2026-11-01")
+    demo.add_argument("--traces-per-day", type=int, default=400)
+    demo.add_argument("--samples", type=int, default=4, help="samples per held-out problem")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=cmd_demo)
 
     cor = sub.add_parser("corpus", help="run the corpus assets for days through Dagster and print the funnel")
     cor.add_argument("--firehose", help="firehose root: folder or s3://bucket/prefix (default HOME/arena/firehose)")

@@ -21,6 +21,7 @@ from jobs.schedules import corpus_daily_job, corpus_daily_schedule
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.evaluation import EVAL_ASSETS, EVAL_CHECKS
 from shopdistill_assets.ingest import raw_firehose
 from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
 
@@ -29,8 +30,9 @@ ASSETS = [
     raw_firehose,
     *CORPUS_ASSETS,
     *SPLIT_ASSETS,
+    *EVAL_ASSETS,
 ]
-ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS]
+ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *EVAL_CHECKS]
 JOBS = [corpus_daily_job]
 SCHEDULES = [corpus_daily_schedule]
 

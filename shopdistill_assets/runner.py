@@ -72,3 +72,19 @@ def materialize_days(resources: dict[str, Any], asset_names: list[str], days: li
                              run_config=_run_config(log_level, ops))
         runs.append(_collect(result, DayRun(day, result.success)))
     return runs
+
+
+def materialize_policies(resources: dict[str, Any], policies: list[str], ops: dict[str, Any] | None = None,
+                         raise_on_error: bool = False, log_level: str = "WARNING") -> list[DayRun]:
+    """`policy_eval` for each policy (a dynamic partition, added if new)."""
+    from shopdistill_assets.evaluation import policy_partitions
+
+    instance = project_instance()
+    known = set(instance.get_dynamic_partitions(policy_partitions.name))
+    instance.add_dynamic_partitions(policy_partitions.name, [p for p in policies if p not in known])
+    runs = []
+    for name in policies:
+        result = materialize(_selected(["policy_eval"]), partition_key=name, instance=instance, resources=resources,
+                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops))
+        runs.append(_collect(result, DayRun(name, result.success)))
+    return runs

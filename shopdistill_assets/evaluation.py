@@ -1,0 +1,136 @@
+"""Held-out evaluation as an asset, one dynamic partition per policy.
+
+    heldout_eval_set ─► policy_eval[policy]   ASR, pass@1, pass@k, per category; rollouts kept
+                                              in the canonical trace schema for re-SFT / KTO
+
+Scripted baselines and checkpoints are served in-process by the local OpenAI-compatible server
+and evaluated through it over HTTP, exactly like an external endpoint (vLLM in production).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    Config,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    asset_check,
+)
+from pydantic import Field
+
+from resources.lake import LakeResource
+from shopdistill_assets.eval.metrics import metrics_table, plot_asr
+from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
+from shopdistill_assets.heldout import HELDOUT_ASSET, rows_to_problems
+from shopdistill_assets.instance import project_home
+from shopdistill_assets.policies_registry import PolicySpec, lookup
+from shopdistill_assets.sandbox import load_catalog
+from shopdistill_assets.split import heldout_eval_set
+
+policy_partitions = DynamicPartitionsDefinition(name="policies")
+EVAL_ASSET = "policy_eval"
+
+
+class EvalConfig(Config):
+    samples: int = Field(8, description="samples per problem (pass@k up to this k)")
+    max_steps: int = Field(25, description="steps per episode")
+    concurrency: int = Field(8, description="episodes in flight")
+    request_timeout_s: float = Field(120.0, description="per model call")
+    catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
+    heldout_version: str | None = Field(None, description="heldout_eval_set snapshot (default: the newest)")
+    limit: int | None = Field(None, description="evaluate only the first N problems")
+
+
+@contextmanager
+def policy_endpoint(spec: PolicySpec, problems, catalog):
+    """(base URL, model name) for a policy; local policies are served for the duration."""
+    if spec.endpoint:
+        yield spec.endpoint, spec.model or spec.name
+        return
+    from shopdistill_assets.eval.server import serve
+
+    if spec.scripted == "oracle":
+        from shopdistill_assets.eval.policies import OraclePolicy
+
+        policy = OraclePolicy(problems, catalog)
+    elif spec.scripted == "random":
+        from shopdistill_assets.eval.policies import RandomPolicy
+
+        policy = RandomPolicy(seed=0)
+    else:
+        from shopdistill_assets.eval.hf_policy import HFPolicy
+
+        policy = HFPolicy(spec.checkpoint)
+    with serve(policy, model_name=spec.name) as server:
+        yield server.url, spec.name
+
+
+def _newest_version(lake: LakeResource, requested: str | None) -> str:
+    versions = lake.list_snapshots(HELDOUT_ASSET)
+    if requested:
+        return requested
+    if not versions:
+        raise ValueError("no heldout_eval_set snapshot in the lake: materialize it first")
+    return max(versions, key=lambda v: lake.read_manifest(HELDOUT_ASSET, v).get("as_of_day", ""))
+
+
+@asset(partitions_def=policy_partitions, group_name="evaluation", deps=[heldout_eval_set], kinds={"python", "parquet"},
+       description="A policy on the leak-guarded held-out set in the sandbox: ASR, pass@1, pass@k, per category.")
+def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeResource) -> MaterializeResult:
+    spec = lookup(context.partition_key)
+    version = _newest_version(lake, config.heldout_version)
+    problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[: config.limit]
+    if not problems:
+        raise ValueError(f"heldout_eval_set {version} is empty: nothing to evaluate")
+    catalog = load_catalog(Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog")
+    cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
+                        request_timeout_s=config.request_timeout_s)
+    with policy_endpoint(spec, problems, catalog) as (url, model):
+        result = evaluate(url, model, problems, catalog, cfg)
+    summary = result.summary()
+    rows = pl.DataFrame([{**ep.to_canonical_row(result.eval_run_id, i + 1), "success": ep.success,
+                          "failure_reason": ep.failure_reason, "sample": ep.sample}
+                         for i, ep in enumerate(result.episodes)], infer_schema_length=None)
+    snapshot = f"{spec.name}__{version}"
+    manifest = {"policy": json.loads(json.dumps(spec.__dict__)), "heldout_version": version, "summary": summary,
+                "problem_ids": sorted({p.problem_id for p in problems})}
+    folder = lake.write_snapshot(EVAL_ASSET, snapshot, rows, manifest)
+    plot = plot_asr({spec.name: result}, project_home() / "eval" / f"{spec.name}.png")
+    meta = {
+        "asr": summary["asr"], "pass_at_1": summary["pass_at_1"],
+        **{f"pass_at_{k}": v for k, v in summary["pass_at_k"].items()},
+        **{f"asr/{cat}": v.get("asr") for cat, v in summary["by_category"].items() if isinstance(v, dict)},
+        "problems": len(problems), "episodes": len(result.episodes), "heldout_version": version,
+        "table": MetadataValue.md(metrics_table({spec.name: result})),
+        "errors": MetadataValue.json(summary["errors"]), "plot": MetadataValue.path(str(plot)),
+        "rollouts": MetadataValue.path(folder),
+    }
+    return MaterializeResult(metadata=meta)
+
+
+@asset_check(asset=policy_eval,
+             description="Stale: some evaluated problems have since moved out of the held-out side (leak merge).")
+def not_stale(context, lake: LakeResource) -> AssetCheckResult:
+    name = context.partition_key if context.has_partition_key else None
+    snapshots = [s for s in lake.list_snapshots(EVAL_ASSET) if name is None or s.startswith(f"{name}__")]
+    days = lake.list_days("leak_clusters")
+    if not snapshots or not days:
+        return AssetCheckResult(passed=True, severity=AssetCheckSeverity.WARN, metadata={"checked": 0})
+    sides = dict(lake.read_day("leak_clusters", days[-1]).select("problem_id", "side").iter_rows())
+    moved = {s: [p for p in lake.read_manifest(EVAL_ASSET, s)["problem_ids"] if sides.get(p, "heldout") != "heldout"]
+             for s in snapshots}
+    stale = {s: ps for s, ps in moved.items() if ps}
+    return AssetCheckResult(passed=not stale, severity=AssetCheckSeverity.WARN, metadata={"checked": len(snapshots), "stale_evaluations": len(stale),
+                                                        "moved_problems": MetadataValue.json(stale)})
+
+
+EVAL_ASSETS = [policy_eval]
+EVAL_CHECKS = [not_stale]
