@@ -110,8 +110,16 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     from shopdistill_assets.runner import materialize_days
 
     resources = build_resources(firehose_root=args.firehose, lake_root=args.lake, endpoint_url=args.endpoint_url)
-    runs = materialize_days(resources, CORPUS_ASSETS, sorted(set(args.day)))
+    ops = {"leak_clusters": {"decontaminate": [str(Path(p).resolve()) for p in args.decontaminate]}} \
+        if args.decontaminate else None
+    runs = materialize_days(resources, CORPUS_ASSETS, sorted(set(args.day)), ops=ops)
     print_funnel(runs)
+    for run in runs:
+        leak = run.metadata.get("leak_clusters", {})
+        if leak:
+            print(f"{run.day:<11} leak: {leak.get('dagster/row_count')} problems in {leak.get('clusters')} clusters "
+                  f"(train {leak.get('side/train', 0)}, heldout {leak.get('side/heldout', 0)}, "
+                  f"excluded {leak.get('side/excluded', 0)}; largest {leak.get('largest_cluster')})")
     return 0 if all(r.success for r in runs) else 1
 
 
@@ -189,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     cor.add_argument("--lake", help="lake root: folder or s3://bucket/prefix (default HOME/lake)")
     cor.add_argument("--day", action="append", required=True, help="YYYY-MM-DD; repeat for several days")
     cor.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// roots")
+    cor.add_argument("--decontaminate", action="append", default=[], metavar="PATH",
+                     help="public test set (ShoppingBench synthesize_*_test.jsonl, suite files, or a folder); "
+                          "matching problems become side=excluded. Repeatable")
     cor.set_defaults(func=cmd_corpus)
 
     srv = sub.add_parser("serve", help="serve an OpenAI-compatible chat endpoint with tool calling")
