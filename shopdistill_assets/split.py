@@ -178,19 +178,28 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
     start = (date.fromisoformat(end) - timedelta(days=config.window_days - 1)).isoformat()
     window = [d for d in days if start <= d <= end]
     keys = pl.concat([pl.from_arrow(lake.read_day_columns("split_traces", d, [
-        "trace_id", "updated_at", "day", "source_file", "source_line", "side"])) for d in window])
+        "trace_id", "updated_at", "day", "source_file", "source_line", "problem_id", "query"])) for d in window])
     winners = latest_per_trace(keys)  # across days, before the side filter: a trace's latest copy decides
-    winners = winners.filter(pl.col("side") == "train")
+    # Sides as of the window's last day, not as of each trace's day: a cluster excluded or merged
+    # later must not keep its older traces in (or out of) the train side.
+    current = lake.read_day("leak_clusters", end).select(
+        pl.col("problem_id").alias("problem_key"), pl.col("leak_cluster_id").alias("current_cluster"),
+        pl.col("side").alias("current_side"))
+    winners = winners.with_columns(pl.Series("problem_key", [problem_key(p, q) for p, q in zip(
+        winners["problem_id"].to_list(), winners["query"].to_list())], dtype=pl.String)).join(
+        current, on="problem_key", how="left")
+    winners = winners.filter(pl.col("current_side") == "train")
     winners = winners.filter(sample_mask(winners["trace_id"], config.sample_fraction, config.seed))
     scratch = lake.scratch_dir()
     try:
         out = scratch / "part-00000.parquet"
         writer = None
-        keep = winners.select("day", "source_file", "source_line").with_columns(pl.lit(True).alias("_keep"))
+        keep = winners.select("day", "source_file", "source_line", "current_cluster", "current_side")
         for d in window:
             for part in lake.day_part_files("split_traces", d):
                 frame = pl.read_parquet(part).join(keep, on=["day", "source_file", "source_line"], how="inner")
-                frame = frame.drop("_keep").sort("trace_id")
+                frame = frame.with_columns(leak_cluster_id=pl.col("current_cluster"), side=pl.col("current_side")).drop(
+                    "current_cluster", "current_side").sort("trace_id")
                 table = frame.to_arrow()
                 if writer is None:
                     writer = pq.ParquetWriter(out, table.schema, **FINAL_OPTIONS)
@@ -205,7 +214,8 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
         manifest = {"asset": "train_corpus", "version": version, "content_sha256": content_hash,
                     "days": window, "firehose_files": inventory, "rows": winners.height,
                     "window_days": config.window_days, "sample_fraction": config.sample_fraction, "seed": config.seed,
-                    "canonicalizer": canonical_version(LeakConfig().canon), "source": "split_traces (side=train)"}
+                    "canonicalizer": canonical_version(LeakConfig().canon), "leak_clusters_day": end,
+                    "source": "split_traces, side=train as of leak_clusters of the last day"}
         folder = lake.write_snapshot_file("train_corpus", version, out, manifest)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
