@@ -116,24 +116,28 @@ class LakeResource(S3Access):
         base.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix="scratch-", dir=base))
 
-    def day_part_files(self, asset: str, day: str) -> list[Path]:
-        """Local paths of the day's parts (downloaded to a scratch folder when the lake is on S3)."""
+    def day_part_files(self, asset: str, day: str, scratch: Path) -> list[Path]:
+        """Local paths of the day's parts. On S3 they are downloaded into `scratch`, a folder
+        the caller owns and removes (see `scratch_dir`); a local lake ignores it."""
         parts = self._parts(self.day_path(asset, day))
         if not parts:
             raise LakePartMissing(f"lake has no {asset} for day {day}: nothing at {self.day_path(asset, day)}")
         if not is_s3_uri(self.root):
             return [Path(p) for p in parts]
-        scratch = self.scratch_dir()
         local = []
         for i, uri in enumerate(parts):
-            path = scratch / f"part-{i:05d}.parquet"
+            path = Path(scratch) / f"in-{asset}-{i:05d}.parquet"
             path.write_bytes(self._read_bytes(uri))
             local.append(path)
         return local
 
     def read_day_columns(self, asset: str, day: str, columns: list[str]) -> pa.Table:
         """Only some columns of a day (the checks and funnels need ids, not messages)."""
-        tables = [pq.read_table(p, columns=columns) for p in self.day_part_files(asset, day)]
+        parts = self._parts(self.day_path(asset, day))
+        if not parts:
+            raise LakePartMissing(f"lake has no {asset} for day {day}: nothing at {self.day_path(asset, day)}")
+        tables = [pq.read_table(p if not is_s3_uri(p) else io.BytesIO(self._read_bytes(p)), columns=columns)
+                  for p in parts]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def has_day(self, asset: str, day: str) -> bool:

@@ -119,9 +119,9 @@ def normalized_traces(context: AssetExecutionContext, config: StageConfig, fireh
 def structural_traces(context: AssetExecutionContext, config: StructuralStageConfig, lake: LakeResource):
     day = context.partition_key
     cfg = StructuralConfig(subtask_threshold=config.subtask_threshold, no_evidence_label=config.no_evidence_label)
-    inputs = lake.day_part_files("normalized_traces", day)
     scratch = lake.scratch_dir()
     try:
+        inputs = lake.day_part_files("normalized_traces", day, scratch)
         agentic = [scratch / f"agentic-{i:05d}.parquet" for i in range(len(inputs))]
         subtask = [scratch / f"subtask-{i:05d}.parquet" for i in range(len(inputs))]
         results = run_parts(parts.structural_part, [(p, a, s, cfg) for p, a, s in zip(inputs, agentic, subtask)],
@@ -148,9 +148,9 @@ def gated_traces(context: AssetExecutionContext, config: GateStageConfig, lake: 
     cfg = GateConfig(min_reasoning_score=config.min_reasoning_score, missing_judge_policy=config.missing_judge_policy,
                      null_reasoning_score_policy=config.null_reasoning_score_policy, max_tokens=config.max_tokens,
                      tokenizer_path=config.tokenizer_path)
-    inputs = lake.day_part_files("agentic_traces", day)
     scratch = lake.scratch_dir()
     try:
+        inputs = lake.day_part_files("agentic_traces", day, scratch)
         outputs = [scratch / f"gated-{i:05d}.parquet" for i in range(len(inputs))]
         results = run_parts(_gate_part, [(p, o, cfg) for p, o in zip(inputs, outputs)], config.workers)
         ledger = [row for r in results for row in r.ledger]

@@ -142,7 +142,7 @@ def split_traces(context: AssetExecutionContext, lake: LakeResource) -> Material
     scratch = lake.scratch_dir()
     counts: dict[str, int] = {}
     try:
-        for i, part in enumerate(lake.day_part_files("gated_traces", day)):
+        for i, part in enumerate(lake.day_part_files("gated_traces", day, scratch)):
             frame = pl.read_parquet(part)
             keys = [problem_key(p, q) for p, q in zip(frame["problem_id"].to_list(), frame["query"].to_list())]
             frame = frame.with_columns(pl.Series("problem_key", keys, dtype=pl.String)).join(
@@ -196,7 +196,7 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
         writer = None
         keep = winners.select("day", "source_file", "source_line", "current_cluster", "current_side")
         for d in window:
-            for part in lake.day_part_files("split_traces", d):
+            for part in lake.day_part_files("split_traces", d, scratch):
                 frame = pl.read_parquet(part).join(keep, on=["day", "source_file", "source_line"], how="inner")
                 frame = frame.with_columns(leak_cluster_id=pl.col("current_cluster"), side=pl.col("current_side")).drop(
                     "current_cluster", "current_side").sort("trace_id")

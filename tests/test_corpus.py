@@ -1,0 +1,469 @@
+"""The corpus assets materialized on a simulated arena, measured against the simulator's truth.
+
+normalized_traces -> structural_traces (agentic_traces + subtask_traces) -> gated_traces ->
+rejected_traces + the blocking `conservation` check, through Dagster in-process. Two simulated
+days of ~600 traces (2 % corrupt lines, 3 % re-uploads, a truncated late file) are built once
+per module; every test reads the lake those runs wrote (or a copy of it) and asserts numbers.
+Run with `-s` to see the precision/recall and fault confusion tables.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import orjson
+import polars as pl
+import pytest
+
+from resources.firehose import FirehoseResource
+from resources.lake import LakeResource
+from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS, gated_traces, rejected_traces
+from shopdistill_assets.sim import ArenaConfig, simulate
+
+DAYS = ("2026-11-02", "2026-11-03")
+TRACES_PER_DAY = 600
+LATE_FILE = "part-zzz-late.jsonl.gz"
+PRIMARY = "sn15.problem_run/v1"
+FINAL_TABLES = ("gated_traces", "subtask_traces", "rejected_traces")
+FUNNEL_ASSETS = ("normalized_traces", "agentic_traces", "gated_traces", "rejected_traces")
+FAULTS = ("unpaired_tool_call", "recommend_count", "bad_product_ids", "too_long", "think_then_stop",
+          "malformed_arguments", "unknown_tool")
+# What each kind of simulated corruption may be logged as (a cut line can end inside a UTF-8
+# sequence; a broken `openai.messages` record may fail detection or its dialect's shape).
+CORRUPT_REASONS = {
+    "bad_json": {"json_decode", "bad_encoding"},
+    "not_an_object": {"not_an_object"},
+    "unknown_dialect": {"unknown_dialect"},
+    "wrong_types": {"bad_field_type", "dialect_violation", "unknown_dialect"},
+}
+
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # keeps `pytest -s` readable
+
+
+def run_corpus(day: str, firehose: FirehoseResource, lake: LakeResource, assets=None, run_config=None):
+    return dg.materialize(
+        assets if assets is not None else [*CORPUS_ASSETS, *CORPUS_CHECKS],
+        partition_key=day,
+        resources={"firehose": firehose, "lake": lake},
+        instance=dg.DagsterInstance.ephemeral(),
+        run_config={**QUIET, **(run_config or {})},
+    )
+
+
+def check_result(result: dg.ExecuteInProcessResult, name: str = "conservation"):
+    (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == name]
+    return evaluation
+
+
+def read_truth(arena: Path, day: str) -> list[dict]:
+    data = gzip.decompress((arena / "truth" / f"day={day}.jsonl.gz").read_bytes())
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+def raw_lines(folder: Path, name: str) -> list[bytes]:
+    return gzip.decompress((folder / name).read_bytes()).splitlines()
+
+
+def intact_line_count(path: Path) -> int:
+    """Complete lines in a multi-member gzip file whose last member is cut short (decoded
+    independently of the firehose reader, member by member)."""
+    data, out = path.read_bytes(), []
+    while data:
+        member = zlib.decompressobj(wbits=31)
+        out.append(member.decompress(data))
+        if not member.eof:
+            break
+        data = member.unused_data
+    return b"".join(out).count(b"\n")
+
+
+@dataclass
+class Corpus:
+    arena: Path
+    firehose: FirehoseResource
+    lake: LakeResource
+    results: dict[str, dg.ExecuteInProcessResult]
+    truth: dict[str, list[dict]]
+
+    def table(self, name: str, day: str) -> pl.DataFrame:
+        return self.lake.read_day(name, day)
+
+    def fates(self, day: str) -> dict[tuple[str, int], list[tuple[str, str | None]]]:
+        """(source_file, source_line) -> [(final table, reason or None)] over the three tables."""
+        out: dict[tuple[str, int], list] = defaultdict(list)
+        for name in FINAL_TABLES:
+            df = self.table(name, day)
+            reasons = df["reason"].to_list() if name == "rejected_traces" else [None] * df.height
+            for f, n, r in zip(df["source_file"].to_list(), df["source_line"].to_list(), reasons):
+                out[(f, n)].append((name, r))
+        return out
+
+    def keys(self, name: str, day: str) -> set[tuple[str, int]]:
+        df = self.table(name, day)
+        return set(zip(df["source_file"].to_list(), df["source_line"].to_list()))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Corpus:
+    arena = tmp_path_factory.mktemp("arena")
+    simulate(ArenaConfig(out=arena, start_day=date.fromisoformat(DAYS[0]), days=len(DAYS),
+                         traces_per_day=TRACES_PER_DAY, seed=3, corrupt_share=0.02, reupload_share=0.03))
+    firehose = FirehoseResource(root=str(arena / "firehose"))
+    lake = LakeResource(root=str(tmp_path_factory.mktemp("lake")))
+    results = {day: run_corpus(day, firehose, lake) for day in DAYS}
+    return Corpus(arena, firehose, lake, results, {day: read_truth(arena, day) for day in DAYS})
+
+
+def _key(t: dict) -> tuple[str, int]:
+    return t["source_file"], t["source_line"]
+
+
+# ---- conservation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("day", DAYS)
+def test_conservation_every_line_lands_exactly_once(corpus, day):
+    result = corpus.results[day]
+    assert result.success
+    check = check_result(result)
+    assert check.passed, check.description
+    meta = {k: v.value for k, v in check.metadata.items()}
+    rows = {name: corpus.table(name, day).height for name in FINAL_TABLES}
+    assert meta["lines_read"] == meta["accounted"] == sum(rows.values())
+    assert meta["duplicates"] == 0
+    assert {name: meta[name] for name in FINAL_TABLES} == rows
+
+    fates = corpus.fates(day)
+    truth = corpus.truth[day]
+    assert len(truth) >= TRACES_PER_DAY
+    for t in truth:
+        assert len(fates[_key(t)]) == 1, (t, fates[_key(t)])
+    # Nothing but truth lines and the late file's lines, each once.
+    truth_keys = {_key(t) for t in truth}
+    late = sorted(line for (f, line) in fates if f == LATE_FILE)
+    assert set(fates) == truth_keys | {(LATE_FILE, line) for line in late}
+    assert all(len(v) == 1 for v in fates.values())
+
+    # The truncated late file: its intact lines, then one truncated_file row after them.
+    intact = intact_line_count(corpus.arena / "firehose" / f"day={day}" / LATE_FILE)
+    assert intact >= 2
+    assert late == list(range(1, intact + 2))
+    ledger = corpus.table("rejected_traces", day)
+    truncated = ledger.filter(pl.col("reason") == "truncated_file")
+    assert truncated.select("source_file", "source_line", "stage").rows() == [(LATE_FILE, intact + 1, "read")]
+    assert meta["lines_read"] == len(truth) + intact + 1
+
+
+# ---- structural filter -------------------------------------------------------------------------
+
+
+def _prf(pred: list[bool], true: list[bool]) -> tuple[float, float, int, int]:
+    tp = sum(p and t for p, t in zip(pred, true))
+    n_pred, n_true = sum(pred), sum(true)
+    return (tp / n_pred if n_pred else 1.0), (tp / n_true if n_true else 1.0), n_pred, n_true
+
+
+def test_structural_precision_and_recall(corpus):
+    """Over every trace that reached the structural filter (rows of normalized_traces), both days."""
+    labels, styles = [], []
+    for day in DAYS:
+        agentic, subtask = corpus.keys("agentic_traces", day), corpus.keys("subtask_traces", day)
+        reached = corpus.keys("normalized_traces", day)
+        for t in corpus.truth[day]:
+            if _key(t) in reached:
+                labels.append("agentic" if _key(t) in agentic else "subtask" if _key(t) in subtask else "reject")
+                styles.append(t["style"])
+    assert len(labels) >= 800
+    a_p, a_r, a_np, a_nt = _prf([l == "agentic" for l in labels], [s in ("agentic", "broken") for s in styles])
+    s_p, s_r, s_np, s_nt = _prf([l == "subtask" for l in labels], [s == "subtask" for s in styles])
+    # Decoys (scripted runs: searches, templated thinks, not one inference call) are no LLM
+    # agent; the filter files them with the harness-driven traces, which is where they belong
+    # structurally. Precision of the sub-task table counting them as harness-driven:
+    h_p, _, _, _ = _prf([l == "subtask" for l in labels], [s in ("subtask", "decoy") for s in styles])
+    confusion = Counter(zip(styles, labels))
+    print(f"\nstructural filter over {len(labels)} traces (2 days)")
+    print(f"  agentic (truth agentic|broken): precision {a_p:.4f} recall {a_r:.4f}  (predicted {a_np}, true {a_nt})")
+    print(f"  subtask (truth subtask):        precision {s_p:.4f} recall {s_r:.4f}  (predicted {s_np}, true {s_nt})")
+    print(f"  subtask table, decoys counted as harness-driven: precision {h_p:.4f}")
+    print("  truth style -> label: " + ", ".join(f"{s}->{l}: {n}" for (s, l), n in sorted(confusion.items())))
+    assert a_p >= 0.95 and a_r >= 0.95
+    assert s_r >= 0.95 and h_p >= 0.95
+    assert confusion[("decoy", "agentic")] == 0
+    assert sum(n for (s, _), n in confusion.items() if s == "decoy") >= 20
+
+
+# ---- the ledger's reasons ------------------------------------------------------------------------
+
+
+def _fate_of_truth(corpus: Corpus):
+    """(truth record, [(table, reason)]) for every truth line of both days."""
+    for day in DAYS:
+        fates = corpus.fates(day)
+        for t in corpus.truth[day]:
+            yield day, t, fates[_key(t)][0]
+
+
+def test_broken_faults_are_rejected_with_their_reason(corpus):
+    confusion: dict[str, Counter] = defaultdict(Counter)
+    for _, t, (table, reason) in _fate_of_truth(corpus):
+        if t["style"] == "broken" and not t.get("corrupt") and reason != "superseded":
+            confusion[t["fault"]][reason or table] += 1
+    print("\nbroken fault -> fate (both days)")
+    for fault in FAULTS:
+        row = confusion[fault]
+        print(f"  {fault:<20} {sum(row.values()):>3}: " + ", ".join(f"{k} {n}" for k, n in row.most_common()))
+    for fault in FAULTS:
+        row = confusion[fault]
+        assert sum(row.values()) >= 5, (fault, row)
+        assert row[fault] / sum(row.values()) >= 0.9, (fault, row)
+        # Whatever is not its own code is still a rejection, never a kept trace.
+        assert not row.keys() & {"gated_traces", "subtask_traces"}, (fault, row)
+
+
+def test_failed_and_timed_out_runs_are_empty_dialogues(corpus):
+    fates = Counter((t["style"], reason) for _, t, (_, reason) in _fate_of_truth(corpus)
+                    if t["style"] in ("failed", "timeout") and not t.get("corrupt"))
+    assert {reason for _, reason in fates} == {"empty_dialogue"}
+    assert fates[("failed", "empty_dialogue")] >= 40 and fates[("timeout", "empty_dialogue")] >= 20
+
+
+def test_corrupt_lines_are_rejected_at_read_or_normalize(corpus):
+    kinds: dict[str, Counter] = defaultdict(Counter)
+    stages = Counter()
+    for day in DAYS:
+        ledger = corpus.table("rejected_traces", day)
+        stage_of = {(f, n): s for f, n, s in ledger.select("source_file", "source_line", "stage").iter_rows()}
+        fates = corpus.fates(day)
+        for t in corpus.truth[day]:
+            if t.get("corrupt"):
+                table, reason = fates[_key(t)][0]
+                assert table == "rejected_traces", t
+                kinds[t["corrupt"]][reason] += 1
+                stages[stage_of[_key(t)]] += 1
+    print("\ncorrupt kind -> reason: " + "; ".join(f"{k}: {dict(v)}" for k, v in sorted(kinds.items())))
+    assert sum(stages.values()) >= 12
+    assert set(stages) <= {"read", "normalize"}
+    for kind, reasons in kinds.items():
+        assert set(reasons) <= CORRUPT_REASONS[kind], (kind, reasons)
+
+
+def _updated_at(line: bytes) -> datetime:
+    return datetime.fromisoformat(orjson.loads(line)["updated_at"])
+
+
+def test_reuploads_are_superseded_once_and_the_later_copy_kept(corpus):
+    pairs_checked = 0
+    for day in DAYS:
+        folder = corpus.arena / "firehose" / f"day={day}"
+        lines = {name: raw_lines(folder, name) for name in {t["source_file"] for t in corpus.truth[day]}}
+        fates = corpus.fates(day)
+        by_run = defaultdict(list)
+        for t in corpus.truth[day]:
+            if not t.get("corrupt"):
+                by_run[t["eval_run_id"]].append(t)
+        superseded = {k for k, v in fates.items() if v[0][1] == "superseded"}
+        expected = set()
+        for copies in by_run.values():
+            if len(copies) == 1:
+                continue
+            assert len(copies) == 2 and sum(bool(c.get("reupload")) for c in copies) == 1, copies
+            if copies[0]["style"] in ("failed", "timeout"):
+                # No steps: both copies stop at normalize as empty_dialogue, before dedupe.
+                assert [fates[_key(c)][0][1] for c in copies] == ["empty_dialogue"] * 2
+                continue
+            stamps = [_updated_at(lines[c["source_file"]][c["source_line"] - 1]) for c in copies]
+            older, newer = (copies[0], copies[1]) if stamps[0] < stamps[1] else (copies[1], copies[0])
+            assert stamps[0] != stamps[1]
+            assert fates[_key(older)] == [("rejected_traces", "superseded")]
+            assert fates[_key(newer)][0][1] != "superseded"
+            expected.add(_key(older))
+            pairs_checked += 1
+        # Exactly one superseded row per in-day pair, and none elsewhere (a re-upload carried
+        # over from the previous day has no copy on this day: it is kept).
+        assert superseded == expected
+    assert pairs_checked >= 15
+
+
+# ---- the reasoning gate ------------------------------------------------------------------------
+
+
+def test_reasoning_gate_threshold_and_a_stricter_run(corpus, tmp_path):
+    day = DAYS[0]
+    gated = corpus.table("gated_traces", day)
+    primary = gated.filter(pl.col("dialect") == PRIMARY)
+    assert primary.height >= 150
+    assert primary["reasoning_score"].null_count() == 0
+    assert primary["reasoning_score"].min() >= 0.5
+    ledger = corpus.table("rejected_traces", day)
+    assert ledger.filter(pl.col("reason") == "reasoning_gate").height >= 10
+
+    # A copy of the lake, so the module's lake stays as the default run wrote it.
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    shutil.copytree(corpus.lake.root, lake.root)
+    strict = run_corpus(day, corpus.firehose, lake, assets=[gated_traces, rejected_traces, *CORPUS_CHECKS],
+                        run_config={"ops": {"gated_traces": {"config": {"min_reasoning_score": 0.8}}}})
+    assert strict.success
+    assert check_result(strict).passed
+    strict_gated = lake.read_day("gated_traces", day)
+    assert 0 < strict_gated.height < gated.height
+    expected = gated.filter((pl.col("dialect") != PRIMARY) | (pl.col("reasoning_score") >= 0.8))
+    assert strict_gated.select("source_file", "source_line").sort("source_file", "source_line").rows() == \
+        expected.select("source_file", "source_line").sort("source_file", "source_line").rows()
+    strict_ledger = lake.read_day("rejected_traces", day)
+    assert strict_ledger.height == ledger.height + (gated.height - strict_gated.height)
+    print(f"\nreasoning gate {day}: min 0.5 keeps {gated.height}, min 0.8 keeps {strict_gated.height}")
+
+
+# ---- determinism ---------------------------------------------------------------------------------
+
+
+def test_rematerializing_a_day_gives_identical_bytes(corpus, tmp_path):
+    day = DAYS[1]
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    # One worker this time (the module's run used the default pool): same bytes either way.
+    one_worker = {"ops": {op: {"config": {"workers": 1}}
+                          for op in ("normalized_traces", "structural_traces", "gated_traces")}}
+    again = run_corpus(day, corpus.firehose, lake, run_config=one_worker)
+    assert again.success and check_result(again).passed
+    for asset in ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"):
+        first = sorted(Path(corpus.lake.day_path(asset, day)).glob("part-*.parquet"))
+        second = sorted(Path(lake.day_path(asset, day)).glob("part-*.parquet"))
+        assert [p.name for p in first] == [p.name for p in second] and first, asset
+        for a, b in zip(first, second):
+            assert a.read_bytes() == b.read_bytes(), (asset, a.name)
+
+
+# ---- the shared real-shaped samples ----------------------------------------------------------------
+
+
+def test_shared_samples_meet_their_documented_fates(shared_dir, tmp_path):
+    samples = shared_dir / "samples"
+    day = "2026-11-20"
+    folder = tmp_path / "firehose" / f"day={day}"
+    folder.mkdir(parents=True)
+    shutil.copyfile(samples / "sn15-day.jsonl.gz", folder / "part-000.jsonl.gz")
+    rollout = orjson.loads((samples / "shoppingbench-rollout.json").read_bytes())
+    (folder / "part-001.jsonl").write_bytes(orjson.dumps(rollout) + b"\n")
+    shutil.copyfile(samples / "openai-messages.jsonl", folder / "part-002.jsonl")
+    lake = LakeResource(root=str(tmp_path / "lake"))
+
+    result = run_corpus(day, FirehoseResource(root=str(tmp_path / "firehose")), lake)
+
+    assert result.success and check_result(result).passed
+    fate = {}
+    for name in FINAL_TABLES:
+        df = lake.read_day(name, day)
+        reasons = df["reason"].to_list() if name == "rejected_traces" else [name] * df.height
+        for f, n, r in zip(df["source_file"].to_list(), df["source_line"].to_list(), reasons):
+            assert (f, n) not in fate
+            fate[(f, n)] = r
+    assert fate == {
+        ("part-000.jsonl.gz", 1): "gated_traces",  # agentic, clean
+        ("part-000.jsonl.gz", 2): "gated_traces",  # outcome failed, judge 0.7: still a corpus row
+        ("part-000.jsonl.gz", 3): "subtask_traces",  # a Python loop searched
+        ("part-000.jsonl.gz", 4): "reasoning_gate",  # judge 0.1
+        ("part-000.jsonl.gz", 5): "recommend_count",  # two recommend_product calls
+        ("part-000.jsonl.gz", 6): "empty_dialogue",  # FAILED, empty dialogue
+        ("part-000.jsonl.gz", 7): "json_decode",  # truncated JSON
+        ("part-001.jsonl", 1): "gated_traces",  # the ShoppingBench rollout
+        ("part-002.jsonl", 1): "gated_traces",  # the already-canonical OpenAI record
+    }
+    gated = lake.read_day("gated_traces", day)
+    assert sorted(gated["dialect"].to_list()) == ["openai.messages", "shoppingbench.rollout", PRIMARY, PRIMARY]
+
+
+# ---- what the UI shows -----------------------------------------------------------------------------
+
+
+def test_materializations_carry_the_funnel_metadata(corpus):
+    for day in DAYS:
+        events = corpus.results[day].get_asset_materialization_events()
+        meta = {e.step_materialization_data.materialization.asset_key.to_user_string():
+                e.step_materialization_data.materialization.metadata for e in events}
+        assert set(meta) == {*FUNNEL_ASSETS, "subtask_traces"}
+        values = {asset: {k: getattr(v, "value", v) for k, v in m.items()} for asset, m in meta.items()}
+        for asset in FUNNEL_ASSETS:
+            for key in ("in", "kept", "rejected"):
+                assert isinstance(meta[asset][key], dg.IntMetadataValue), (asset, key)
+            assert isinstance(meta[asset]["reasons"], dg.MarkdownMetadataValue), asset
+            table = values[asset]["reasons"]
+            assert table.startswith("| stage | reason | count |") if values[asset]["rejected"] else \
+                table == "_nothing rejected_", (asset, table)
+        n, a, g, r = (values[k] for k in FUNNEL_ASSETS)
+        s = values["subtask_traces"]
+        lines_read = check_result(corpus.results[day]).metadata["lines_read"].value
+        assert n["in"] == lines_read == n["kept"] + n["rejected"]
+        assert a["in"] == n["kept"] == a["kept"] + s["kept"] + a["rejected"]
+        assert g["in"] == a["kept"] == g["kept"] + g["rejected"]
+        ledger_rows = corpus.table("rejected_traces", day).height
+        assert r["rejected"] == n["rejected"] + a["rejected"] + g["rejected"] == ledger_rows
+        assert s["kept"] == corpus.table("subtask_traces", day).height
+        assert g["kept"] == corpus.table("gated_traces", day).height
+        assert "| read | `truncated_file` | 1 |" in values["normalized_traces"]["reasons"]
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+
+def test_cli_corpus_prints_the_funnel(corpus, tmp_path):
+    day = DAYS[0]
+    env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home")}
+    for var in ("SHOPDISTILL_FIREHOSE", "SHOPDISTILL_LAKE", "SHOPDISTILL_S3_ENDPOINT_URL", "DAGSTER_HOME"):
+        env.pop(var, None)
+    cli = Path(sys.executable).with_name("shopdistill")
+    proc = subprocess.run([str(cli), "corpus", "--firehose", corpus.firehose.root, "--lake", str(tmp_path / "lake"),
+                           "--day", day], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The funnel row: the day, six counts, the verdict (other rows of the day may follow).
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith(day) and line.split()[1].isdigit()]
+    cells = row.split()
+    assert len(cells) == 8, row
+    assert cells[-1] == "ok", row
+    lines, traces, agentic, subtask, gated, rejected = map(int, cells[1:7])
+    expected = {k: getattr(v, "value", v) for k, v in check_result(corpus.results[day]).metadata.items()}
+    assert lines == expected["lines_read"]
+    assert (gated, subtask, rejected) == (expected["gated_traces"], expected["subtask_traces"],
+                                          expected["rejected_traces"])
+    assert traces == corpus.table("normalized_traces", day).height
+    assert agentic == corpus.table("agentic_traces", day).height
+    assert (tmp_path / "lake" / "gated_traces" / f"day={day}" / "part-00000.parquet").is_file()
+
+
+# ---- the lake on S3 ---------------------------------------------------------------------------------
+
+
+def test_lake_on_s3_conserves_and_matches_the_local_lake(corpus, moto_s3, tmp_path, monkeypatch):
+    day = DAYS[0]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where an S3 lake's scratch goes
+    boto3.client("s3", endpoint_url=moto_s3).create_bucket(Bucket="corpus-lake")
+    lake = LakeResource(root="s3://corpus-lake/lake", endpoint_url=moto_s3)
+
+    result = run_corpus(day, corpus.firehose, lake)
+
+    assert result.success
+    check = check_result(result)
+    assert check.passed, check.description
+    assert check.metadata["lines_read"].value == check_result(corpus.results[day]).metadata["lines_read"].value
+    s3 = boto3.client("s3", endpoint_url=moto_s3)
+    for asset in ("normalized_traces", "gated_traces", "subtask_traces", "rejected_traces"):
+        local = sorted(Path(corpus.lake.day_path(asset, day)).glob("part-*.parquet"))
+        listing = s3.list_objects_v2(Bucket="corpus-lake", Prefix=f"lake/{asset}/day={day}/")
+        keys = sorted(o["Key"] for o in listing["Contents"])
+        assert [k.rsplit("/", 1)[1] for k in keys] == [p.name for p in local], asset
+        for key, path in zip(keys, local):
+            assert s3.get_object(Bucket="corpus-lake", Key=key)["Body"].read() == path.read_bytes(), key
+    leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert not leftovers, f"an S3 lake run left {len(leftovers)} downloaded parts in local scratch: {leftovers[:4]}"
