@@ -199,13 +199,19 @@ def _fail(reason: Reason, detail: str) -> Rejection:
     return Rejection(str(Stage.FORMAT_GATE), str(reason), detail)
 
 
-def format_gate(row: dict, cfg: GateConfig | None = None, tokenizer: Any | None = None) -> Rejection | None:
-    """The first format failure of a canonical trace (order in the module doc), or None."""
+def format_gate(
+    row: dict, cfg: GateConfig | None = None, tokenizer: Any | None = None, *, messages: Any = None
+) -> Rejection | None:
+    """The first format failure of a canonical trace (order in the module doc), or None.
+
+    `messages`: the row's `messages` column already parsed, if the caller has it (read only).
+    """
     cfg = cfg or GateConfig()
-    try:
-        messages = orjson.loads(row.get("messages") or "null")
-    except orjson.JSONDecodeError:
-        messages = None
+    if messages is None:
+        try:
+            messages = orjson.loads(row.get("messages") or "null")
+        except orjson.JSONDecodeError:
+            messages = None
     calls = _calls(messages) if isinstance(messages, list) else "messages is not a JSON list"
     if isinstance(calls, str):
         return _fail(Reason.DIALECT_VIOLATION, calls)

@@ -45,7 +45,9 @@ from .dialects import CATALOGUE_TOOLS, PRIMARY
 from .reasons import Reason, Rejection
 
 Label = Literal["agentic", "subtask", "reject"]
-_DELETE_DIGITS = str.maketrans("", "", "0123456789")
+_DIGITS = b"0123456789"
+SHAPE_HEAD_CHARS = 256  # of a think, read to find its first words
+SHAPE_HEAD_WORDS = 8
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,17 @@ class StructuralDecision:
         return None if self.reason is None else Rejection.of(Reason(self.reason), self.evidence.get("note", ""))
 
 
-def _dialogue_facts(messages_json: Any) -> tuple[list[list[str]], list[str]]:
-    """(tool names per assistant turn, think per assistant turn) from the messages column."""
+def parse_messages(messages_json: Any) -> Any:
+    """The `messages` column parsed; None where it is not JSON text. Callers that have it
+    already (a fused corpus pass) hand it to `classify` and `format_gate` instead."""
     try:
-        messages = orjson.loads(messages_json) if isinstance(messages_json, (str, bytes)) else []
+        return orjson.loads(messages_json) if isinstance(messages_json, (str, bytes)) else None
     except orjson.JSONDecodeError:
-        messages = []
+        return None
+
+
+def _dialogue_facts(messages: Any) -> tuple[list[list[str]], list[str]]:
+    """(tool names per assistant turn, think per assistant turn) from the parsed messages."""
     turns, thinks = [], []
     for m in messages if isinstance(messages, list) else []:
         if not isinstance(m, dict) or m.get("role") != "assistant":
@@ -126,14 +133,45 @@ def _is_classify_call(call: dict, cfg: StructuralConfig) -> bool:
     )
 
 
+def _drop_digits(text: str) -> str:
+    """`text` without its ASCII digits. Through bytes: str.translate with a table costs
+    microseconds per call even on short text, and in UTF-8 an ASCII digit is a byte of its own
+    (surrogatepass: lone surrogates from hostile JSON round-trip too)."""
+    return text.encode("utf-8", "surrogatepass").translate(None, _DIGITS).decode("utf-8", "surrogatepass")
+
+
+def _think_shape(think: str) -> str:
+    """A think with digits, case and spacing ignored: templated thinks share one shape."""
+    return " ".join(_drop_digits(think).lower().split())
+
+
+def _shape_head(think: str) -> tuple[str, ...]:
+    """The first SHAPE_HEAD_WORDS words of `_think_shape(think)`, mostly from a short prefix.
+
+    A function of the shape alone, so thinks of one shape share it: when no head is shared
+    by enough thinks, no shape is either, and the full shapes (the costly part: long thinks,
+    many words) need not be computed. Digits, case and spaces act per character, so a
+    prefix's words are the shape's first words, bar the last one, which the cut may split.
+    """
+    words = _drop_digits(think[:SHAPE_HEAD_CHARS]).lower().split()
+    if len(words) > SHAPE_HEAD_WORDS or len(think) <= SHAPE_HEAD_CHARS:
+        return tuple(words[:SHAPE_HEAD_WORDS])
+    return tuple(_think_shape(think).split()[:SHAPE_HEAD_WORDS])  # few, long words
+
+
+def _templated(thinks: list[str], cfg: StructuralConfig) -> bool:
+    """Whether one shape holds at least `templated_share` of the thinks."""
+    if Counter(map(_shape_head, thinks)).most_common(1)[0][1] / len(thinks) < cfg.templated_share:
+        return False
+    return Counter(map(_think_shape, thinks)).most_common(1)[0][1] / len(thinks) >= cfg.templated_share
+
+
 def _think_signals(thinks: list[str], cfg: StructuralConfig) -> dict[str, int]:
     out: dict[str, int] = {}
     if thinks and median(len(t) for t in thinks) < cfg.terse_think_chars:
         out["terse_thinks"] = 1
-    if len(thinks) >= cfg.templated_min_turns:
-        shapes = Counter(" ".join(t.translate(_DELETE_DIGITS).lower().split()) for t in thinks)
-        if shapes.most_common(1)[0][1] / len(thinks) >= cfg.templated_share:
-            out["templated_thinks"] = 1
+    if len(thinks) >= cfg.templated_min_turns and _templated(thinks, cfg):
+        out["templated_thinks"] = 1
     return out
 
 
@@ -174,10 +212,15 @@ def _proxy_signals(steps: list[tuple[list[dict], int, int]], turns: list[list[st
     return sig, counts
 
 
-def classify(row: dict, cfg: StructuralConfig | None = None) -> StructuralDecision:
-    """Label one canonical trace agentic / subtask / reject, with the evidence behind it."""
+def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = None) -> StructuralDecision:
+    """Label one canonical trace agentic / subtask / reject, with the evidence behind it.
+
+    `messages`: the row's `messages` column already parsed (see `parse_messages`), if at hand.
+    """
     cfg = cfg or StructuralConfig()
-    turns, thinks = _dialogue_facts(row.get("messages"))
+    if messages is None:
+        messages = parse_messages(row.get("messages"))
+    turns, thinks = _dialogue_facts(messages)
     n_calls = sum(len(t) for t in turns)
     if n_calls == 0:
         return StructuralDecision("reject", str(Reason.NO_TOOL_CALLS), {"basis": "dialogue", "note": "no tool calls"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-_DELETE_DIGITS = str.maketrans("", "", "0123456789")
+_DIGIT_BYTES = b"0123456789"
 BYTES_PER_TOKEN = 3.0
 
 
@@ -23,8 +23,11 @@ def estimate_tokens(text: str) -> int:
     """Conservative token estimate: digits count one each, other UTF-8 bytes one per 3."""
     if not text:
         return 0
-    digits = len(text) - len(text.translate(_DELETE_DIGITS))
-    other_bytes = len(text.encode("utf-8", "surrogatepass")) - digits
+    data = text.encode("utf-8", "surrogatepass")
+    # ASCII digits are single bytes in UTF-8 and no multi-byte sequence holds one, so counting
+    # them in the bytes counts the text's digits (bytes.translate is several times str's)
+    digits = len(data) - len(data.translate(None, _DIGIT_BYTES))
+    other_bytes = len(data) - digits
     return digits + -(-other_bytes // int(BYTES_PER_TOKEN))
 
 

@@ -1,0 +1,180 @@
+"""What every dialect reader shares: dialect names, the canonical row, type-distrusting
+accessors, the id/time/score helpers, and the rejections for a bad shape."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import datetime, timezone
+from typing import Any, TypedDict
+
+import orjson
+
+from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+
+from ..reasons import Reason, Rejection
+
+PRIMARY = "sn15.problem_run/v1"
+ROLLOUT = "shoppingbench.rollout"
+OPENAI = "openai.messages"
+
+# Fixed system prompt of primary-dialect traces: the record does not carry the agent's own
+# prompt, and one shared prompt lets the student learn the tools, not a miner's wording.
+SYSTEM_PROMPT = (
+    "You are a shopping assistant for an online marketplace (prices in PHP). Use the tools to "
+    "search the catalog and inspect products, reason about the candidates against every "
+    "requirement of the user's request, call recommend_product exactly once with the "
+    "comma-separated product ids that fit, then call terminate."
+)
+
+_TOOL_JSON: dict[str, str] = {name: orjson.dumps(s).decode() for name, s in TOOL_SCHEMAS.items()}
+# Tools whose calls go to the validator's proxy as /search/<tool> (the structural evidence).
+CATALOGUE_TOOLS = frozenset(
+    {"find_product", "view_product_information", "check_product_match", "find_products_in_same_shop", "calculate_voucher"}
+)
+
+
+class CanonicalTrace(TypedDict):
+    """One normalized row (HELPERS-BRIEF "Canonical trace row"); JSON columns are text."""
+
+    trace_id: str
+    eval_run_id: str | None
+    problem_id: str | None
+    miner_hotkey: str | None
+    validator_hotkey: str | None
+    agent_version_id: str | None
+    race_id: int | None
+    suite_id: int | None
+    phase: str | None
+    status: str | None
+    category: str | None
+    difficulty: str | None
+    query: str
+    score: float | None
+    reasoning_score: float | None
+    reasoning_coef: float | None
+    execution_time: float | None
+    inference_total: int | None
+    inference_failure_count: int | None
+    n_steps: int
+    n_tool_calls: int
+    updated_at: str | None
+    dialect: str
+    day: str
+    source_file: str
+    source_line: int
+    messages: str
+    tools: str
+    proxy_evidence: str | None
+
+
+CANONICAL_COLUMNS: tuple[str, ...] = tuple(CanonicalTrace.__annotations__)
+MAX_ID_CHARS = 256  # identity strings longer than this are hostile, not ids
+
+
+# ---- small, type-distrusting accessors -------------------------------------------------
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _int(v: Any) -> int | None:
+    return v if type(v) is int and _I64_MIN <= v <= _I64_MAX else None  # bool is not int here
+
+
+def _float(v: Any) -> float | None:
+    if type(v) is float:  # the common case first; x - x is 0.0 exactly when x is finite
+        return v if v - v == 0.0 else None
+    if v is None:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _dumps(v: Any) -> str | None:
+    """JSON text, or None where orjson refuses (nesting deeper than it writes)."""
+    try:
+        return orjson.dumps(v).decode()
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _violation(detail: str) -> Rejection:
+    return Rejection.of(Reason.DIALECT_VIOLATION, detail)
+
+
+def _bad_type(path: str, v: Any) -> Rejection:
+    return Rejection.of(Reason.BAD_FIELD_TYPE, f"{path} is {type(v).__name__}")
+
+
+# ---- ids, times, scores, thinks, tools ---------------------------------------------------
+
+
+def make_trace_id(*parts: str) -> str:
+    """Deterministic trace id: "t_" + first 16 hex of sha1 over the \\x1f-joined parts."""
+    return "t_" + hashlib.sha1("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def parse_updated_at(v: Any) -> str | None:
+    """ISO 8601 -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z" in UTC; naive times are taken as UTC; bad -> None."""
+    if not isinstance(v, str) or not (10 <= len(v) <= 40):
+        return None
+    try:
+        dt = datetime.fromisoformat(v)
+    except ValueError:
+        return None
+    if len(v) == 20 and v[10] == "T" and v[19] == "Z":
+        return v  # already the canonical shape, and valid
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+    return dt.isoformat() + "Z"
+
+
+def reasoning_coef(q: float | None) -> float | None:
+    """The validator's reasoning coefficient: 1.0 if q >= 0.8 else 0.3 + 0.875 q."""
+    if q is None:
+        return None
+    return 1.0 if q >= 0.8 else 0.3 + 0.875 * q
+
+
+def split_think(content: str) -> tuple[str, str]:
+    """("think", "rest") from a "<think>…</think>rest" content; ("", content) otherwise."""
+    start = content.find("<think>")
+    if start < 0 or content[:start].strip():
+        return "", content
+    end = content.find("</think>", start)
+    if end < 0:
+        return "", content
+    return content[start + 7 : end].strip(), content[end + 8 :].strip()
+
+
+_TOOLS_JSON_CACHE: dict[frozenset, str] = {}  # a day's traces use a few dozen tool sets
+
+
+def tools_json(names: set[str] | list[str]) -> str:
+    """The `tools` column for these tool names, in TOOL_SCHEMAS order (unknown names left out)."""
+    key = frozenset(names)
+    text = _TOOLS_JSON_CACHE.get(key)
+    if text is None:
+        text = "[" + ",".join(_TOOL_JSON[n] for n in TOOL_SCHEMAS if n in key) + "]"
+        if len(_TOOLS_JSON_CACHE) < 4096:  # names are miner-controlled: bounded
+            _TOOLS_JSON_CACHE[key] = text
+    return text
+
+
+def _content_digest(obj: Any) -> str:
+    """Record id for records that carry none: a hash of their content (a re-upload is the same)."""
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        data = repr(type(obj)).encode() + str(len(obj) if hasattr(obj, "__len__") else 0).encode()
+    return hashlib.sha1(data).hexdigest()

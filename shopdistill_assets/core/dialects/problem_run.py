@@ -1,0 +1,180 @@
+"""Dialect `sn15.problem_run/v1`: a validator's record of one problem run (the primary dialect).
+
+Each step's tool calls carry their results, so a call and its tool turn come from the same
+place. A well-formed step goes through `_primary_step_fast`; anything surprising goes through
+`_primary_step`, which checks every field and names the fault.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import orjson
+
+from ..reasons import Reason, Rejection
+from .common import (
+    MAX_ID_CHARS,
+    PRIMARY,
+    SYSTEM_PROMPT,
+    CanonicalTrace,
+    _bad_type,
+    _dict,
+    _float,
+    _str,
+    _violation,
+    make_trace_id,
+)
+from .dialogue import _Dialogue, _row, _step_parts, _tool_call, _Where
+from .proxy_evidence import _ProxyEvidence
+
+_IDENTITY_KEYS = ("eval_run_id", "problem_id", "miner_hotkey", "validator_hotkey", "agent_version_id")
+
+
+def _primary_header(obj: dict) -> dict | Rejection:
+    """The run-level columns of a primary record, type-checked where the pipeline decides on them."""
+    ids = {}
+    for key in _IDENTITY_KEYS:
+        v = obj.get(key)
+        if v is not None and (type(v) is not str or len(v) > MAX_ID_CHARS):
+            return Rejection.of(Reason.BAD_FIELD_TYPE, f"{key} is not a string of at most {MAX_ID_CHARS} chars")
+        ids[key] = v
+    if not ids["eval_run_id"] or not ids["problem_id"]:
+        return _violation("eval_run_id and problem_id must be non-empty strings")
+    for key in ("status", "phase"):
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            return _bad_type(key, obj[key])
+    for key in ("score", "reasoning_score"):
+        v = obj.get(key)
+        if v is not None and (_float(v) is None or not 0.0 <= v <= 1.0):
+            return Rejection.of(Reason.BAD_FIELD_TYPE, f"{key} is not a number in [0, 1]")
+    problem = obj.get("problem")
+    if problem is not None and not isinstance(problem, dict):
+        return _bad_type("problem", problem)
+    return ids
+
+
+def _fast_path_on() -> bool:
+    """The switch `dialects.FAST_PATH`, read from the package where tests turn it off to check
+    that both paths give the same rows."""
+    return sys.modules[__package__].FAST_PATH
+
+
+_NO_PARAMETERS: dict = {}  # written as "{}", as a missing `parameters` is; never mutated
+
+
+def _primary_step_fast(step: Any, convo: _Dialogue) -> bool:
+    """The common, well-formed step in one pass, or False (nothing changed) for the careful path.
+
+    Any surprise (a missing key, a wrong type, an id already used, an empty think) sends the
+    step to `_primary_step`, which converts it the same way or names what is wrong.
+    """
+    message = step["completion"]["message"]
+    think, response, raw_calls = message["think"], message.get("response") or "", message.get("tool_call") or []
+    if type(think) is not str or not think or type(response) is not str or type(raw_calls) is not list:
+        return False
+    msg: dict[str, Any] = {"role": "assistant", "content": response, "reasoning_content": think}
+    if len(raw_calls) != 1:
+        return _many_calls_fast(raw_calls, msg, convo)
+    item = raw_calls[0]  # nearly every step: one call, and its result
+    name, cid = item["name"], item["tool_call_id"]
+    if type(name) is not str or not name or type(cid) is not str or not 0 < len(cid) <= 64 or cid in convo.ids:
+        return False
+    params = item.get("parameters", _NO_PARAMETERS)
+    arguments = params if type(params) is str else orjson.dumps(params).decode()
+    msg["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}]
+    if "result" in item:
+        convo.messages += (msg, {"role": "tool", "tool_call_id": cid, "content": orjson.dumps(item["result"]).decode()})
+    else:
+        convo.messages.append(msg)
+    convo.ids.add(cid)
+    convo.names.add(name)
+    convo.n_steps += 1
+    convo.n_tool_calls += 1
+    return True
+
+
+def _many_calls_fast(raw_calls: list, msg: dict[str, Any], convo: _Dialogue) -> bool:
+    """`_primary_step_fast` for a step of zero or several calls."""
+    used, calls, tools, ids, names = convo.ids, [], [], [], []
+    for item in raw_calls:
+        name, cid = item["name"], item["tool_call_id"]
+        if type(name) is not str or not name or type(cid) is not str or not 0 < len(cid) <= 64 or cid in used or cid in ids:
+            return False
+        params = item.get("parameters", _NO_PARAMETERS)
+        arguments = params if type(params) is str else orjson.dumps(params).decode()
+        calls.append({"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}})
+        ids.append(cid)
+        names.append(name)
+        if "result" in item:
+            tools.append({"role": "tool", "tool_call_id": cid, "content": orjson.dumps(item["result"]).decode()})
+    if calls:
+        msg["tool_calls"] = calls
+    convo.messages.append(msg)
+    convo.messages += tools
+    used.update(ids)
+    convo.names.update(names)
+    convo.n_steps += 1
+    convo.n_tool_calls += len(calls)
+    return True
+
+
+def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
+    """One step, every field checked: appended to convo, or the rejection that names the fault."""
+    where = _Where("dialogue", i)
+    parts = _step_parts(step, where)
+    if isinstance(parts, Rejection):
+        return parts
+    think, response, raw_calls = parts
+    calls, results = [], []
+    for k, item in enumerate(raw_calls):
+        call = _tool_call(item, where, convo, i, k)
+        if isinstance(call, Rejection):
+            return call
+        calls.append(call)
+        if "result" in item:  # results ride on the call; absent -> no tool turn (unpaired)
+            try:
+                results.append((call["id"], orjson.dumps(item["result"]).decode()))
+            except orjson.JSONEncodeError:
+                return _violation(f"{where} tool_call[{k}].result cannot be written as JSON")
+    convo.assistant(think, response, calls)
+    for cid, text in results:
+        convo.tool(cid, text)
+    return None
+
+
+def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int) -> CanonicalTrace | Rejection:
+    """Dialect `sn15.problem_run/v1`: a validator's record of one problem run."""
+    if not isinstance(obj, dict):
+        return _violation("a problem run must be an object")
+    ids = _primary_header(obj)
+    if isinstance(ids, Rejection):
+        return ids
+    problem = _dict(obj.get("problem"))
+    dialogue = obj.get("dialogue")
+    if dialogue is not None and not isinstance(dialogue, list):
+        return _bad_type("dialogue", dialogue)
+    if not dialogue:
+        return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={_str(obj.get('status'))!s}, no steps")
+    query = _str(problem.get("query")) or _str(_dict(_dict(dialogue[0]).get("extra_info")).get("query"))
+    if not query or not query.strip():
+        return Rejection.of(Reason.MISSING_QUERY, "problem.query and dialogue[0].extra_info.query are empty")
+    convo = _Dialogue(SYSTEM_PROMPT, query)
+    evidence = _ProxyEvidence()
+    fast = _fast_path_on()
+    for i, step in enumerate(dialogue):
+        try:
+            done = fast and _primary_step_fast(step, convo)
+        except (KeyError, TypeError, AttributeError, orjson.JSONEncodeError):
+            done = False
+        if not done:
+            bad = _primary_step(step, i, convo)
+            if bad is not None:
+                return bad
+        extra = step.get("extra_info")
+        evidence.add_step(extra if type(extra) is dict else {})
+    return _row(
+        PRIMARY, convo, ids, obj, problem, query, day, source_file, source_line,
+        trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
+        proxy_evidence=evidence.json(),
+    )

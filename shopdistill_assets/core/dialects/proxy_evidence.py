@@ -1,0 +1,125 @@
+"""Proxy evidence of a primary-dialect trace: what the validator's proxy saw, step by step.
+
+The dialogue's content is rebuilt by the agent helper, so the structural filter judges the
+primary dialect mainly on this log (the `proxy_evidence` column); see structural.py.
+
+Hot path (a few calls a step, every step of every primary trace): plain dict lookups and
+exact-type tests only, and a cache of what each distinct path means, since a day's calls go
+to a handful of paths.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+
+MAX_PROXY_CALLS_KEPT = 256  # per trace; the rest are only counted
+PROXY_CONTENT_HEAD = 120  # characters of a logged completion kept for people to read
+MAX_SEARCH_PATH_CHARS = 128
+
+_EMITS_TOOL_CALL = re.compile("<tool_call>|" + "|".join(TOOL_SCHEMAS))
+
+# path -> _INFERENCE, None (another proxy route), or the /search/ path as kept. Bounded: paths
+# are miner-controlled, and a hostile day could send a new one per call.
+_PATH_KINDS: dict[str, str | None] = {}
+_PATH_KINDS_MAX = 4096
+_INFERENCE = "inference"  # compared by identity: a kept search path always starts "/search/"
+_UNSEEN = object()
+
+
+def _path_kind(path: str) -> str | None:
+    """_INFERENCE, the /search/ path as kept (query string cut, bounded), or None for other;
+    remembered in _PATH_KINDS, which callers look in first."""
+    if path.startswith("/search/"):
+        kind = path if len(path) <= MAX_SEARCH_PATH_CHARS and "?" not in path else path.split("?", 1)[0][:MAX_SEARCH_PATH_CHARS]
+    elif path.startswith("/inference"):
+        kind = _INFERENCE
+    else:
+        kind = None
+    if len(_PATH_KINDS) < _PATH_KINDS_MAX:
+        _PATH_KINDS[path] = kind
+    return kind
+
+
+def _inference_summary(call: dict) -> dict:
+    """What one inference call shows: its limits, its size, whether it emitted a tool call."""
+    ts = call.get("timestamp")
+    out: dict[str, Any] = {"ts": ts if type(ts) is int else None}
+    body = call.get("json_data")
+    if type(body) is dict:
+        mt = body.get("max_tokens") or body.get("max_completion_tokens")
+        out["max_tokens"] = mt if type(mt) is int else None
+        if body.get("tools"):
+            out["tools"] = True
+        if body.get("response_format") is not None:
+            out["response_format"] = True
+    response = call.get("response")
+    if type(response) is dict:
+        usage = response.get("usage")
+        ct = usage.get("completion_tokens") if type(usage) is dict else None
+        out["completion_tokens"] = ct if type(ct) is int else None
+        choices = response.get("choices")
+        msg = choices[0].get("message") if type(choices) is list and choices and type(choices[0]) is dict else None
+        if type(msg) is dict:
+            content = msg.get("content")
+            if type(content) is str:
+                out["content"] = content[:PROXY_CONTENT_HEAD]
+                out["emits_tool_call"] = "<tool_call>" in content or _EMITS_TOOL_CALL.search(content) is not None
+            if msg.get("tool_calls"):
+                out["emits_tool_call"] = True
+    elif call.get("response_truncated"):
+        length = call.get("response_length")
+        out["response_length"] = length if type(length) is int else None
+    return out
+
+
+class _ProxyEvidence:
+    """Per step: inference call summaries, the paths of /search/* calls, a count of the rest.
+
+    Shape of the `proxy_evidence` column: {"steps": [{"ts", "inference": [{ts, max_tokens,
+    completion_tokens, tools?, response_format?, content?, emits_tool_call?,
+    response_length?}], "search": [path, …], "other": n}], "dropped": n} where `dropped`
+    counts calls beyond MAX_PROXY_CALLS_KEPT or without a string path.
+    """
+
+    __slots__ = ("steps", "kept", "dropped")
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+        self.kept = 0
+        self.dropped = 0
+
+    def add_step(self, extra: dict) -> None:
+        calls = extra.get("proxy_calls")
+        inference: list[dict] = []
+        search: list[str] = []
+        other = 0
+        if type(calls) is list and calls:
+            room = MAX_PROXY_CALLS_KEPT - self.kept
+            over = len(calls) - room
+            bad = 0
+            for call in calls if over <= 0 else calls[:room]:
+                path = call.get("path") if type(call) is dict else None
+                if type(path) is not str:
+                    bad += 1
+                    continue
+                kind = _PATH_KINDS.get(path, _UNSEEN)
+                if kind is _UNSEEN:
+                    kind = _path_kind(path)
+                if kind is _INFERENCE:
+                    inference.append(_inference_summary(call))
+                elif kind is None:
+                    other += 1
+                else:
+                    search.append(kind)
+            self.kept += (room if over > 0 else len(calls)) - bad
+            self.dropped += bad + over if over > 0 else bad
+        ts = extra.get("timestamp")
+        self.steps.append({"ts": ts if type(ts) is int else None, "inference": inference, "search": search, "other": other})
+
+    def json(self) -> str:
+        return orjson.dumps({"steps": self.steps, "dropped": self.dropped}).decode()
