@@ -190,19 +190,16 @@ def test_structural_precision_and_recall(corpus):
     a_p, a_r, a_np, a_nt = _prf([l == "agentic" for l in labels], [s in ("agentic", "broken") for s in styles])
     s_p, s_r, s_np, s_nt = _prf([l == "subtask" for l in labels], [s == "subtask" for s in styles])
     # Decoys (scripted runs: searches, templated thinks, not one inference call) are no LLM
-    # agent; the filter files them with the harness-driven traces, which is where they belong
-    # structurally. Precision of the sub-task table counting them as harness-driven:
-    h_p, _, _, _ = _prf([l == "subtask" for l in labels], [s in ("subtask", "decoy") for s in styles])
+    # agent at all: rejected as no_inference, in neither table.
     confusion = Counter(zip(styles, labels))
     print(f"\nstructural filter over {len(labels)} traces (2 days)")
     print(f"  agentic (truth agentic|broken): precision {a_p:.4f} recall {a_r:.4f}  (predicted {a_np}, true {a_nt})")
     print(f"  subtask (truth subtask):        precision {s_p:.4f} recall {s_r:.4f}  (predicted {s_np}, true {s_nt})")
-    print(f"  subtask table, decoys counted as harness-driven: precision {h_p:.4f}")
     print("  truth style -> label: " + ", ".join(f"{s}->{l}: {n}" for (s, l), n in sorted(confusion.items())))
     assert a_p >= 0.95 and a_r >= 0.95
-    assert s_r >= 0.95 and h_p >= 0.95
-    assert confusion[("decoy", "agentic")] == 0
-    assert sum(n for (s, _), n in confusion.items() if s == "decoy") >= 20
+    assert s_p >= 0.95 and s_r >= 0.95
+    decoys = sum(n for (s, _), n in confusion.items() if s == "decoy")
+    assert decoys >= 20 and confusion[("decoy", "reject")] == decoys
 
 
 # ---- the ledger's reasons ------------------------------------------------------------------------

@@ -112,14 +112,17 @@ def test_no_tool_calls_and_unclear(records):
     assert classify(row, StructuralConfig(no_evidence_label="agentic")).label == "agentic"
 
 
-def test_search_burst_without_inference_is_subtask(records):
+def test_search_burst_without_inference_is_rejected_as_no_inference(records):
     def no_inference(rec):
         for step in rec["dialogue"]:
             calls = step["extra_info"].get("proxy_calls", [])
             step["extra_info"]["proxy_calls"] = [c for c in calls if c["path"].startswith("/search")]
 
-    d = classify(edited(records, "3", no_inference))
-    assert d.label == "subtask" and d.evidence["signals"]["no_inference"] == 2
+    row = edited(records, "3", no_inference)
+    d = classify(row)
+    assert (d.label, d.reason) == ("reject", "no_inference") and d.evidence["counts"]["inference_calls"] == 0
+    kept = classify(row, StructuralConfig(no_inference_label="subtask"))
+    assert kept.label == "subtask" and kept.evidence["signals"]["no_inference"] == 2
 
 
 # ---- reasoning gate ------------------------------------------------------------------------

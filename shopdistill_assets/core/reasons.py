@@ -45,6 +45,7 @@ class Reason(StrEnum):
     SUPERSEDED = "superseded"
     # structural filter
     NO_TOOL_CALLS = "no_tool_calls"
+    NO_INFERENCE = "no_inference"
     STRUCTURAL_UNCLEAR = "structural_unclear"
     # reasoning gate
     REASONING_GATE = "reasoning_gate"
@@ -76,6 +77,7 @@ _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.READER_ERROR, Stage.NORMALIZE, "the dialect reader failed unexpectedly (a bug; the record is kept here)"),
     (Reason.SUPERSEDED, Stage.DEDUPE, "a later upload of the same run (same trace_id) won within the day"),
     (Reason.NO_TOOL_CALLS, Stage.STRUCTURAL, "the dialogue contains no tool call at all"),
+    (Reason.NO_INFERENCE, Stage.STRUCTURAL, "the proxy log shows tool calls but no inference call: no LLM wrote any of it"),
     (Reason.STRUCTURAL_UNCLEAR, Stage.STRUCTURAL, "no proxy evidence to tell an agentic run from a sub-task one"),
     (Reason.REASONING_GATE, Stage.REASONING_GATE, "the judge's reasoning score is below the configured minimum"),
     (Reason.REASONING_MISSING, Stage.REASONING_GATE, "a judged dialect's run has no reasoning score"),

@@ -64,6 +64,7 @@ class StructuralConfig:
     templated_min_turns: int = 3
     subtask_threshold: int = 2
     no_evidence_label: Label = "reject"
+    no_inference_label: Label = "reject"  # proxy log with tool calls but no inference call at all
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,11 @@ def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = 
         label = cfg.no_evidence_label
         return StructuralDecision(label, str(Reason.STRUCTURAL_UNCLEAR) if label == "reject" else None, ev)
     signals, counts = _proxy_signals(steps, turns, cfg)
+    if counts["inference_calls"] == 0 and cfg.no_inference_label == "reject":
+        # A decoy: the tools ran, but no model was ever asked anything. Neither agentic data nor
+        # material for lifting a sub-task policy.
+        ev = {"basis": "proxy", "signals": signals, "counts": counts}
+        return StructuralDecision("reject", str(Reason.NO_INFERENCE), ev)
     signals.update(_think_signals(thinks, cfg))
     score = sum(signals.values())
     label: Label = "subtask" if score >= cfg.subtask_threshold else "agentic"
