@@ -145,24 +145,49 @@ def superseded(keys: Iterable[tuple[str, str | None, str, int]]) -> dict[tuple[s
             best[r["trace_id"]]["source_line"], best[r["trace_id"]]["updated_at"]) for r in losers}
 
 
-def _iter_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict]:
-    parquet = pq.ParquetFile(path)
-    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-        yield from batch.to_pylist()
+_IDENTITY = ["trace_id", "eval_run_id", "problem_id", "miner_hotkey", "day", "source_file", "source_line"]
+
+
+def _decide_batches(in_path: Path, columns: list[str]) -> Iterator[tuple[pa.RecordBatch, list[dict]]]:
+    """(whole batch, its rows holding only `columns` + identity): a stage decides on a few
+    columns and then filters whole Arrow batches, never round-tripping messages through dicts."""
+    parquet = pq.ParquetFile(in_path)
+    wanted = list(dict.fromkeys([*_IDENTITY, *columns]))
+    for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+        yield batch, batch.select(wanted).to_pylist()
+
+
+class _ArrowWriter:
+    """Arrow batches -> one Parquet file."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.schema, self.rows = schema, 0
+        self._writer = pq.ParquetWriter(path, schema, **FINAL_OPTIONS)
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if table.num_rows:
+            self._writer.write_table(pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table)
+            self.rows += table.num_rows
+
+    def close(self) -> int:
+        self._writer.close()
+        return self.rows
 
 
 def dedupe_part(in_path: Path, out_path: Path, losers: dict[tuple[str, int], tuple]) -> PartResult:
     """Staging part -> final normalized part without superseded rows (they go to the ledger)."""
     result = PartResult()
-    writer = _BatchWriter(out_path, CANONICAL_SCHEMA, FINAL_OPTIONS)
-    for row in _iter_rows(in_path):
-        result.units += 1
-        winner = losers.get((row["source_file"], row["source_line"]))
-        if winner is None:
-            writer.add(row)
-            continue
-        detail = f"superseded by {winner[0]}:{winner[1]} (updated_at {winner[2]} vs {row.get('updated_at')})"
-        result.ledger.append(ledger_row_for_trace(row, Rejection.of(Reason.SUPERSEDED, detail)))
+    writer = _ArrowWriter(out_path, CANONICAL_SCHEMA)
+    for batch, rows in _decide_batches(in_path, ["updated_at"]):
+        result.units += len(rows)
+        keep = []
+        for row in rows:
+            winner = losers.get((row["source_file"], row["source_line"]))
+            keep.append(winner is None)
+            if winner is not None:
+                detail = f"superseded by {winner[0]}:{winner[1]} (updated_at {winner[2]} vs {row.get('updated_at')})"
+                result.ledger.append(ledger_row_for_trace(row, Rejection.of(Reason.SUPERSEDED, detail)))
+        writer.write(batch.filter(pa.array(keep)))
     result.kept = writer.close()
     result.outputs = {"normalized_traces": result.kept}
     return result
@@ -171,19 +196,23 @@ def dedupe_part(in_path: Path, out_path: Path, losers: dict[tuple[str, int], tup
 def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: StructuralConfig) -> PartResult:
     """Normalized part -> agentic rows, sub-task rows (both with their evidence), ledger rows."""
     result = PartResult()
-    writers = {label: _BatchWriter(path, STRUCTURAL_SCHEMA, FINAL_OPTIONS)
-               for label, path in (("agentic", agentic_path), ("subtask", subtask_path))}
-    for row in _iter_rows(in_path):
-        result.units += 1
-        decision = classify(row, cfg)
-        rejection = decision.rejection()
-        if rejection is not None:
-            result.ledger.append(ledger_row_for_trace(row, Rejection(rejection.stage, rejection.reason,
-                                                                     rejection.detail or decision.evidence_json())))
-            continue
-        row["structural_label"] = decision.label
-        row["structural_evidence"] = decision.evidence_json()
-        writers[decision.label].add(row)
+    writers = {"agentic": _ArrowWriter(agentic_path, STRUCTURAL_SCHEMA),
+               "subtask": _ArrowWriter(subtask_path, STRUCTURAL_SCHEMA)}
+    for batch, rows in _decide_batches(in_path, ["dialect", "messages", "proxy_evidence"]):
+        result.units += len(rows)
+        labels, evidence = [], []
+        for row in rows:
+            decision = classify(row, cfg)
+            rejection = decision.rejection()
+            if rejection is not None:
+                result.ledger.append(ledger_row_for_trace(row, Rejection(
+                    rejection.stage, rejection.reason, rejection.detail or decision.evidence_json())))
+            labels.append(decision.label)
+            evidence.append(decision.evidence_json())
+        table = pa.Table.from_batches([batch]).append_column("structural_label", pa.array(labels, pa.string())) \
+            .append_column("structural_evidence", pa.array(evidence, pa.string()))
+        for label, writer in writers.items():
+            writer.write(table.filter(pa.array([lab == label for lab in labels])))
     result.outputs = {f"{label}_traces": w.close() for label, w in writers.items()}
     result.kept = sum(result.outputs.values())
     return result
@@ -192,14 +221,16 @@ def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: 
 def gate_part(in_path: Path, out_path: Path, cfg: GateConfig, tokenizer: Any | None = None) -> PartResult:
     """Agentic part -> rows that pass the reasoning gate and the format gate, ledger rows."""
     result = PartResult()
-    writer = _BatchWriter(out_path, STRUCTURAL_SCHEMA, FINAL_OPTIONS)
-    for row in _iter_rows(in_path):
-        result.units += 1
-        rejection = reasoning_gate(row, cfg) or format_gate(row, cfg, tokenizer)
-        if rejection is None:
-            writer.add(row)
-        else:
-            result.ledger.append(ledger_row_for_trace(row, rejection))
+    writer = _ArrowWriter(out_path, STRUCTURAL_SCHEMA)
+    for batch, rows in _decide_batches(in_path, ["dialect", "reasoning_score", "messages", "tools"]):
+        result.units += len(rows)
+        keep = []
+        for row in rows:
+            rejection = reasoning_gate(row, cfg) or format_gate(row, cfg, tokenizer)
+            keep.append(rejection is None)
+            if rejection is not None:
+                result.ledger.append(ledger_row_for_trace(row, rejection))
+        writer.write(batch.filter(pa.array(keep)))
     result.kept = writer.close()
     result.outputs = {"gated_traces": result.kept}
     return result
