@@ -190,12 +190,16 @@ def rejected_traces(context: AssetExecutionContext, lake: LakeResource) -> Mater
     return MaterializeResult(metadata=meta)
 
 
-def count_units(firehose: FirehoseResource, day: str) -> int:
+def _count_file_units(day: str, params: dict, file) -> int:
+    firehose = FirehoseResource(**params)
+    with firehose.open_day_file(file) as stream:
+        return sum(1 for _ in parts.read_units(file.name, stream, day))
+
+
+def count_units(firehose: FirehoseResource, day: str, workers: int = 1) -> int:
     """Lines of the day's files, counted afresh (a damaged file's error counts as one unit)."""
-    total = 0
-    for file in firehose.list_day(day):
-        total += sum(1 for u in parts.read_units(file.name, firehose.open_day_file(file), day))
-    return total
+    params = _firehose_params(firehose)
+    return sum(run_parts(_count_file_units, [(day, params, f) for f in firehose.list_day(day)], workers))
 
 
 @asset_check(asset=rejected_traces, blocking=True,
@@ -207,7 +211,7 @@ def conservation(context, firehose: FirehoseResource, lake: LakeResource) -> Ass
     day = context.partition_key if context.has_partition_key else None
     if day is None:
         return AssetCheckResult(passed=False, description="run this check for one day partition")
-    units = count_units(firehose, day)
+    units = count_units(firehose, day, default_workers())
     tables = {t: lake.read_day_columns(t, day, ["source_file", "source_line"])
               for t in ("gated_traces", "subtask_traces", "rejected_traces")}
     con = duckdb.connect()

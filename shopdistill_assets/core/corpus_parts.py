@@ -44,7 +44,8 @@ LEDGER_SCHEMA = pa.schema([(c, pa.int64() if c == "source_line" else
                             (pa.large_string() if c == "raw_line" else pa.string())) for c in LEDGER_COLUMNS])
 # Intermediate parts are written uncompressed (fast); the lake's parts are zstd.
 STAGING_OPTIONS: dict[str, Any] = {"compression": "none", "use_dictionary": False}
-FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True,
+# zstd level 1: within a few percent of level 3 on trace text, and several times faster to write.
+FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": True,
                                  "write_statistics": True, "version": "2.6", "data_page_version": "1.0"}
 
 
