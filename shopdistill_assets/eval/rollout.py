@@ -27,32 +27,15 @@ import openai
 from shopdistill_assets.sandbox.catalog import Catalog
 from shopdistill_assets.sandbox.problems import Problem
 from shopdistill_assets.sandbox.scorer import score_trace_calls
+from shopdistill_assets.core.dialects import SYSTEM_PROMPT as CANONICAL_SYSTEM_PROMPT
+from shopdistill_assets.core.dialects import make_trace_id
 from shopdistill_assets.sandbox.tool_specs import tool_schemas
 from shopdistill_assets.sandbox.tools import Sandbox
 
 DIALECT = "shopdistill.rollout"
 
-SYSTEM_PROMPT = """You are a shopping assistant for an online marketplace where prices are in PHP. \
-The user describes what they want to buy. Find the product or products that satisfy every \
-requirement and recommend them.
-
-How to work:
-1. Before each action, think: restate the requirements (product type, brand, price range, \
-attributes such as color, size or capacity, services such as official, freeShipping, COD or \
-flashsale, and any same-shop, budget or voucher conditions).
-2. Search with find_product. Short keyword queries work best; narrow with the price, sort, \
-service and shop_id filters; results come 10 to a page, up to page 5.
-3. Check promising candidates with view_product_information (attributes, sku options, price, \
-shop) and compare them before deciding.
-4. For budgets and vouchers, compute basket totals with calculate_voucher or python_execute and \
-make sure the total fits the budget, directly or after the voucher.
-5. When the user asks for several products, recommend them in the order the request lists \
-them; when they must come from the same shop, all must share one shop_id.
-6. Call recommend_product once with the chosen product ids, comma-separated, then call \
-terminate.
-
-Ground every decision in tool results: cite the product ids, prices and attributes you saw, and \
-never invent a product id. Act only through tool calls."""
+# The policy under evaluation sees the same system prompt the training rows carry.
+SYSTEM_PROMPT = CANONICAL_SYSTEM_PROMPT
 
 FAILURE_REASONS = ("bad_tool_json", "unknown_tool", "no_tool_call", "max_steps", "episode_timeout",
                    "endpoint_error", "no_recommendation")
@@ -135,9 +118,7 @@ class Episode:
         }
 
 
-def trace_id(*parts: str) -> str:
-    """The brief's trace id: "t_" + first 16 hex of sha1 over the "\\x1f"-joined parts."""
-    return "t_" + hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
+trace_id = make_trace_id  # the normalizer's rule, so rollouts and firehose rows share one id space
 
 
 def episode_seed(base: int, problem_id: str, sample: int) -> int:

@@ -19,13 +19,29 @@ ROLLOUT = "shoppingbench.rollout"
 OPENAI = "openai.messages"
 
 # Fixed system prompt of primary-dialect traces: the record does not carry the agent's own
-# prompt, and one shared prompt lets the student learn the tools, not a miner's wording.
-SYSTEM_PROMPT = (
-    "You are a shopping assistant for an online marketplace (prices in PHP). Use the tools to "
-    "search the catalog and inspect products, reason about the candidates against every "
-    "requirement of the user's request, call recommend_product exactly once with the "
-    "comma-separated product ids that fit, then call terminate."
-)
+# prompt, and one shared prompt lets the student learn the tools, not a miner's wording. The
+# evaluation rollouts use the same prompt, so a checkpoint is scored on what it was trained on.
+SYSTEM_PROMPT = """You are a shopping assistant for an online marketplace where prices are in PHP. \
+The user describes what they want to buy. Find the product or products that satisfy every \
+requirement and recommend them.
+
+How to work:
+1. Before each action, think: restate the requirements (product type, brand, price range, \
+attributes such as color, size or capacity, services such as official, freeShipping, COD or \
+flashsale, and any same-shop, budget or voucher conditions).
+2. Search with find_product. Short keyword queries work best; narrow with the price, sort, \
+service and shop_id filters; results come 10 to a page, up to page 5.
+3. Check promising candidates with view_product_information (attributes, sku options, price, \
+shop) and compare them before deciding.
+4. For budgets and vouchers, compute basket totals with calculate_voucher or python_execute and \
+make sure the total fits the budget, directly or after the voucher.
+5. When the user asks for several products, recommend them in the order the request lists \
+them; when they must come from the same shop, all must share one shop_id.
+6. Call recommend_product once with the chosen product ids, comma-separated, then call \
+terminate.
+
+Ground every decision in tool results: cite the product ids, prices and attributes you saw, and \
+never invent a product id. Act only through tool calls."""
 
 _TOOL_JSON: dict[str, str] = {name: orjson.dumps(s).decode() for name, s in TOOL_SCHEMAS.items()}
 # Tools whose calls go to the validator's proxy as /search/<tool> (the structural evidence).
