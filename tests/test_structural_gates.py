@@ -276,9 +276,12 @@ def test_count_tokens_with_a_real_tokenizer(records):
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     assert count_tokens("a b c d", tok) == 4
     row = trace(records["1"])
-    cfg = GateConfig(max_tokens=1000)
-    assert format_gate(row, cfg).reason == "too_long"  # the estimate: 1357
-    assert format_gate(row, cfg, tokenizer=tok) is None  # this tokenizer counts words and marks: 791
+    messages = orjson.loads(row["messages"])
+    exact, estimate = trace_tokens(messages, row["tools"], tok), trace_tokens(messages, row["tools"])
+    assert 0 < exact < estimate  # the estimate errs high on purpose
+    cfg = GateConfig(max_tokens=exact)
+    assert format_gate(row, cfg).reason == "too_long"
+    assert format_gate(row, cfg, tokenizer=tok) is None  # this tokenizer counts words and marks
 
 
 def test_reason_table():
