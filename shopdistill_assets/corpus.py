@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-import pyarrow.parquet as pq
 from dagster import (
     AssetCheckResult,
     AssetExecutionContext,

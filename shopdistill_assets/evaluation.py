@@ -29,7 +29,7 @@ from pydantic import Field
 from resources.lake import LakeResource
 from shopdistill_assets.eval.metrics import metrics_table, plot_asr
 from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
-from shopdistill_assets.heldout import HELDOUT_ASSET, rows_to_problems
+from shopdistill_assets.heldout import HELDOUT_ASSET, newest_heldout_version, rows_to_problems
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.policies_registry import PolicySpec, lookup
 from shopdistill_assets.sandbox import load_catalog
@@ -74,12 +74,13 @@ def policy_endpoint(spec: PolicySpec, problems, catalog):
 
 
 def _newest_version(lake: LakeResource, requested: str | None) -> str:
-    versions = lake.list_snapshots(HELDOUT_ASSET)
     if requested:
         return requested
-    if not versions:
+    newest = newest_heldout_version(lake.list_snapshots(HELDOUT_ASSET),
+                                    lambda v: lake.read_manifest(HELDOUT_ASSET, v).get("as_of_day", ""))
+    if newest is None:
         raise ValueError("no heldout_eval_set snapshot in the lake: materialize it first")
-    return max(versions, key=lambda v: lake.read_manifest(HELDOUT_ASSET, v).get("as_of_day", ""))
+    return newest
 
 
 @asset(partitions_def=policy_partitions, group_name="evaluation", deps=[heldout_eval_set], kinds={"python", "parquet"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from shopdistill_assets.instance import project_home
@@ -49,12 +50,19 @@ def load_problems(path: Path) -> list[Problem]:
     return load_suite(path)
 
 
+def newest_heldout_version(versions: list[str], as_of_day: Callable[[str], str]) -> str | None:
+    """The snapshot built on the latest leak_clusters day (ties: the greatest version)."""
+    return max(versions, key=lambda v: (as_of_day(v), v), default=None)
+
+
 def default_heldout_path() -> Path:
-    """The newest `heldout_eval_set` snapshot in the project home's lake."""
+    """The newest `heldout_eval_set` snapshot in the project home's (local) lake."""
     root = project_home() / "lake" / HELDOUT_ASSET
-    snapshots = sorted((p for p in root.glob("*") if (p / "manifest.json").exists()), key=lambda p: p.stat().st_mtime)
-    if not snapshots:
+    versions = [p.name for p in root.glob("*") if (p / "manifest.json").exists()]
+    newest = newest_heldout_version(
+        versions, lambda v: json.loads((root / v / "manifest.json").read_text()).get("as_of_day", ""))
+    if newest is None:
         raise FileNotFoundError(
             f"no {HELDOUT_ASSET} snapshot under {root}: run `shopdistill corpus …` (or `shopdistill demo`) first, "
             "or pass --heldout PATH")
-    return snapshots[-1]
+    return root / newest

@@ -17,7 +17,7 @@ import pytest
 import xxhash
 from datasketch import MinHash, MinHashLSH
 
-from shopdistill_assets.core.canonical import CanonConfig, canonical_tokens, canonical_version, text_key
+from shopdistill_assets.core.canonical import CanonConfig, canonical_tokens, canonical_version
 from shopdistill_assets.core.decontaminate import PublicQuery, PublicTestSet, match_counts
 from shopdistill_assets.core.leak_clusters import (
     BandIndex,

@@ -60,27 +60,31 @@ class PartResult:
     keys: list[tuple[str, str | None, str, int]] = field(default_factory=list)
 
 
-class _BatchWriter:
-    """Rows (dicts) -> one Parquet file, written in batches."""
+class _ArrowWriter:
+    """Arrow batches (or rows, buffered into batches) -> one Parquet file."""
 
-    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any]) -> None:
-        self.path, self.schema, self.rows = path, schema, 0
+    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any] = FINAL_OPTIONS) -> None:
+        self.schema, self.rows = schema, 0
         self._writer = pq.ParquetWriter(path, schema, **options)
         self._pending: list[dict] = []
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if table.num_rows:
+            self._writer.write_table(pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table)
+            self.rows += table.num_rows
 
     def add(self, row: dict) -> None:
         self._pending.append(row)
         if len(self._pending) >= BATCH_ROWS:
-            self.flush()
+            self._flush()
 
-    def flush(self) -> None:
+    def _flush(self) -> None:
         if self._pending:
-            self._writer.write_table(pa.Table.from_pylist(self._pending, self.schema))
-            self.rows += len(self._pending)
+            self.write(pa.Table.from_pylist(self._pending, self.schema))
             self._pending = []
 
     def close(self) -> int:
-        self.flush()
+        self._flush()
         self._writer.close()
         return self.rows
 
@@ -101,7 +105,7 @@ def read_units(name: str, stream: IO[bytes], day: str) -> Iterator[tuple[str, in
 def normalize_part(day: str, name: str, open_stream: Callable[[], IO[bytes]], out_path: Path) -> PartResult:
     """Firehose file -> canonical rows (staging Parquet) + ledger rows + dedupe keys."""
     result = PartResult()
-    writer = _BatchWriter(out_path, CANONICAL_SCHEMA, STAGING_OPTIONS)
+    writer = _ArrowWriter(out_path, CANONICAL_SCHEMA, STAGING_OPTIONS)
     lines: list[tuple[str, int, bytes]] = []
 
     def flush_lines() -> None:
@@ -156,23 +160,6 @@ def _decide_batches(in_path: Path, columns: list[str]) -> Iterator[tuple[pa.Reco
     wanted = list(dict.fromkeys([*_IDENTITY, *columns]))
     for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
         yield batch, batch.select(wanted).to_pylist()
-
-
-class _ArrowWriter:
-    """Arrow batches -> one Parquet file."""
-
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        self.schema, self.rows = schema, 0
-        self._writer = pq.ParquetWriter(path, schema, **FINAL_OPTIONS)
-
-    def write(self, table: pa.Table | pa.RecordBatch) -> None:
-        if table.num_rows:
-            self._writer.write_table(pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table)
-            self.rows += table.num_rows
-
-    def close(self) -> int:
-        self._writer.close()
-        return self.rows
 
 
 def dedupe_part(in_path: Path, out_path: Path, losers: dict[tuple[str, int], tuple]) -> PartResult:
