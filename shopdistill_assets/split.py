@@ -43,6 +43,7 @@ from shopdistill_assets.corpus import gated_traces, normalized_traces
 from shopdistill_assets.heldout import problems_to_rows
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.partitions import daily_partitions
+from shopdistill_assets.train.rows import with_structured_messages
 
 STATE_TABLE = "leak_state"
 
@@ -169,7 +170,8 @@ class TrainCorpusConfig(Config):
 
 @asset(group_name="split", deps=[split_traces], kinds={"python", "parquet"},
        description="Versioned train snapshot: train-side traces of a window of days, one row per trace_id "
-                   "(latest upload wins), loadable with datasets.load_dataset('parquet', ...).")
+                   "(latest upload wins); `messages` as conversational structs, so "
+                   "datasets.load_dataset('parquet', ...) feeds SFTTrainer directly.")
 def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake: LakeResource) -> MaterializeResult:
     days = lake.list_days("split_traces")
     end = config.end_day or (days[-1] if days else None)
@@ -200,7 +202,8 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
                 frame = pl.read_parquet(part).join(keep, on=["day", "source_file", "source_line"], how="inner")
                 frame = frame.with_columns(leak_cluster_id=pl.col("current_cluster"), side=pl.col("current_side")).drop(
                     "current_cluster", "current_side").sort("trace_id")
-                table = frame.to_arrow()
+                # Conversational rows: SFTTrainer reads `messages` as it is (tools stay JSON text).
+                table = with_structured_messages(frame.to_arrow())
                 if writer is None:
                     writer = pq.ParquetWriter(out, table.schema, **FINAL_OPTIONS)
                 writer.write_table(table.cast(writer.schema))

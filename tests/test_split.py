@@ -398,10 +398,13 @@ def test_train_corpus_is_one_row_per_trace_loadable_and_versioned(arena, tmp_pat
                               cache_dir=str(tmp_path / "hf-cache"))
     assert ds.num_rows == train.height
     first = ds[0]
-    messages = json.loads(first["messages"])
-    assert first["messages"] == train["messages"][0]
+    # conversational rows: `messages` are structs (SFTTrainer reads them as they are), tool-call
+    # arguments and `tools` stay JSON text
+    messages = first["messages"]
     assert [msg["role"] for msg in messages][:2] == ["system", "user"] and messages[1]["content"] == first["query"]
-    assert any(msg.get("tool_calls") for msg in messages if msg["role"] == "assistant")
+    calls = [c for msg in messages if msg["role"] == "assistant" for c in msg["tool_calls"] or []]
+    assert calls and all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in calls)
+    assert isinstance(json.loads(first["tools"]), list)
 
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["days"] == DAYS and manifest["version"] == m["version"] == folder.name

@@ -1,0 +1,40 @@
+"""Which side of the leak split a problem is on, for rows of training inputs.
+
+A training row names its problem by (problem_id, query). It is on the train side only when
+the newest `leak_clusters` day files it (by the index's problem key, or failing that by the
+exact-duplicate text key of its query) under a cluster whose side is `train`. Anything else
+(`heldout`, `excluded`, or a problem the index never saw: `unknown`) must not be trained on.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from shopdistill_assets.core.canonical import text_key
+from shopdistill_assets.core.leak_clusters import problem_key
+
+
+def problem_sides(problems: pl.DataFrame, leak: pl.DataFrame) -> pl.DataFrame:
+    """problems: problem_id, query -> the same rows with `side` (train | heldout | excluded | unknown)
+    and the matched `leak_cluster_id`. leak: a `leak_clusters` day (problem_id, query, side, ...)."""
+    by_key = {pid: (side, cluster) for pid, side, cluster in
+              leak.select("problem_id", "side", "leak_cluster_id").iter_rows()}
+    by_text: dict[str, tuple[str, str]] = {}
+    for query, side, cluster in leak.select("query", "side", "leak_cluster_id").iter_rows():
+        key = text_key(query)
+        # one text on two sides cannot happen (exact keys are one cluster); the stricter side wins anyway
+        if key and (key not in by_text or by_text[key][0] == "train"):
+            by_text[key] = (side, cluster)
+    sides, clusters = [], []
+    for pid, query in problems.select("problem_id", "query").iter_rows():
+        hit = by_key.get(problem_key(pid, query)) or by_text.get(text_key(query))
+        sides.append(hit[0] if hit else "unknown")
+        clusters.append(hit[1] if hit else None)
+    return problems.with_columns(pl.Series("side", sides, dtype=pl.String),
+                                 pl.Series("leak_cluster_id", clusters, dtype=pl.String))
+
+
+def not_train_side(problems: pl.DataFrame, leak: pl.DataFrame) -> pl.DataFrame:
+    """The distinct problems of `problems` that are not on the train side, with their side."""
+    distinct = problems.select("problem_id", "query").unique(maintain_order=True)
+    return problem_sides(distinct, leak).filter(pl.col("side") != "train")

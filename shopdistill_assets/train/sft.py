@@ -1,0 +1,53 @@
+"""SFT on conversational trajectories (sft, resft and teacher_sft stages all run this).
+
+    deepspeed --num_gpus 1 shopdistill_assets/train/sft.py --config stage.json
+
+Rows: `messages` (a list of OpenAI messages with tool calls, arguments as JSON text) and
+`tools` (JSON text); loss on assistant turns only. Heavy imports stay inside `main`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from shopdistill_assets.train.common import (
+    StageArgs, cleanup, load_rows, nothing_to_learn, parse_args, pipes_callback, reporting, save_and_publish,
+    trainer_kwargs, training_summary,
+)
+
+DEFAULTS = {"assistant_only_loss": True, "max_length": 16384, "per_device_train_batch_size": 1,
+            "gradient_accumulation_steps": 1, "learning_rate": 5e-5, "num_train_epochs": 1.0, "logging_steps": 1,
+            "lr_scheduler_type": "cosine", "seed": 0}
+
+
+def train(args: StageArgs, pipes) -> int:
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    rows = load_rows(args)
+    if rows is None or len(rows) == 0:
+        return nothing_to_learn(args, pipes, f"{args.dataset} has no rows")
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    config = SFTConfig(**trainer_kwargs(DEFAULTS, args))
+    callback = pipes_callback(pipes)
+    trainer = SFTTrainer(model=args.model, args=config, train_dataset=rows, processing_class=tokenizer,
+                         callbacks=[callback])
+    started = time.monotonic()
+    trainer.train()
+    summary = training_summary(trainer, callback, time.monotonic() - started, args.peak_tflops)
+    save_and_publish(args, trainer, {**summary, "rows": len(rows)}, pipes)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with reporting() as pipes:
+        code = train(args, pipes)
+    if args.publish_to:
+        cleanup(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
