@@ -3,14 +3,9 @@ sensor that evaluates each new checkpoint on the held-out set."""
 
 from __future__ import annotations
 
-from dagster import (
-    AssetKey,
-    AssetSelection,
-    DefaultSensorStatus,
-    RunRequest,
-    define_asset_job,
-    multi_asset_sensor,
-)
+import json
+
+from dagster import AssetKey, AssetSelection, DefaultSensorStatus, RunRequest, define_asset_job, sensor
 
 from shopdistill_assets.train import STAGES
 
@@ -29,17 +24,17 @@ policy_eval_job = define_asset_job("policy_eval_job", selection=AssetSelection.a
                                    description="Held-out evaluation of one policy (a dynamic partition).")
 
 
-@multi_asset_sensor(
-    monitored_assets=[AssetKey(stage.asset) for stage in STAGES.values()], job=policy_eval_job,
-    default_status=DefaultSensorStatus.STOPPED, minimum_interval_seconds=60,
-    description="A new checkpoint of a stage -> policy_eval of that stage's policy (its partition).")
+@sensor(job=policy_eval_job, default_status=DefaultSensorStatus.STOPPED, minimum_interval_seconds=60,
+        description="A new checkpoint of a stage -> policy_eval of that stage's policy (its partition).")
 def checkpoint_eval_sensor(context):
-    for key, record in context.latest_materialization_records_by_key().items():
-        if record is None:
+    seen = json.loads(context.cursor) if context.cursor else {}
+    for stage in STAGES.values():
+        event = context.instance.get_latest_materialization_event(AssetKey(stage.asset))
+        if event is None or seen.get(stage.name, -1) >= event.storage_id:
             continue
-        stage = key.path[-1].removesuffix("_checkpoint")
-        yield RunRequest(run_key=f"{stage}:{record.storage_id}", partition_key=stage)
-        context.advance_cursor({key: record})
+        seen[stage.name] = event.storage_id
+        yield RunRequest(run_key=f"{stage.name}:{event.storage_id}", partition_key=stage.name)
+    context.update_cursor(json.dumps(seen, sort_keys=True))
 
 
 TRAINING_JOBS = [*STAGE_JOBS.values(), train_chain_job, policy_eval_job]

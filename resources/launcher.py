@@ -75,6 +75,8 @@ class TrainingLauncher(ConfigurableResource):
     deepspeed_config: str = Field(default="zero2", description="zero2 | zero3 | a JSON file")
     work_dir: str | None = Field(default=None, description="local scratch for stage configs and outputs "
                                  "(default SHOPDISTILL_HOME/train-runs)")
+    echo_output: bool = Field(default=True, description="local: also stream the job's output to this process's "
+                              "stdout (the run's compute logs); stage.log always has it")
     peak_tflops: float | None = Field(default=None, description="per-GPU peak for MFU reporting (H200 bf16 dense: 989)")
     image: str | None = Field(default=None, description="k8s: the training image")
     namespace: str = Field(default="default", description="k8s: namespace of the training pods")
@@ -117,7 +119,8 @@ class TrainingLauncher(ConfigurableResource):
         # The job's output goes to the run's compute logs and to stage.log, whose end becomes the
         # failure's description: a failed stage says why on the run page and in the CLI.
         log = Path(stage_config["output_dir"]) / "stage.log"
-        shell = f"set -o pipefail; {shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}"
+        sink = f"tee -a {shlex.quote(str(log))}" if self.echo_output else f"cat >> {shlex.quote(str(log))}"
+        shell = f"set -o pipefail; {shlex.join(command)} 2>&1 | {sink}"
         try:
             invocation = PipesSubprocessClient(env=env).run(context=context, command=["bash", "-c", shell],
                                                             cwd=stage_config["output_dir"])

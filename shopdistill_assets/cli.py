@@ -137,22 +137,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     home = project_home()
     arena = home / "arena"
     start = date.fromisoformat(args.start_day)
-    print(f"[1/4] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
+    print(f"[1/5] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
     simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
                          seed=args.seed, problems_per_day=60))
     resources = build_resources(firehose_root=str(arena / "firehose"), lake_root=str(home / "lake"))
     days = [d.isoformat() for d in ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS).day_list()]
-    print("[2/4] corpus path and leak split, one Dagster run per day")
+    print("[2/5] corpus path and leak split, one Dagster run per day")
     runs = materialize_days(resources, CORPUS_ASSETS, days)
     print_funnel(runs)
-    print("[3/4] train_corpus and heldout_eval_set snapshots")
+    print("[3/5] train_corpus and heldout_eval_set snapshots")
     snap = materialize_unpartitioned(resources, ["train_corpus", "heldout_eval_set"],
                                      ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
     corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
     print(f"      train_corpus {corpus.get('version')}: {corpus.get('dagster/row_count')} traces over "
           f"{corpus.get('days')} days")
     print(f"      heldout_eval_set {heldout.get('version')}: {heldout.get('dagster/row_count')} problems")
-    print("[4/4] held-out evaluation of the scripted baselines, served over HTTP")
+    print("[4/5] held-out evaluation of the scripted baselines, served over HTTP")
     for name in ("oracle", "random"):
         register(PolicySpec(name=name, scripted=name), home)
     evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}})
@@ -161,9 +161,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         status = "" if run.success else f"  FAILED: {run.error}"
         print(f"      {run.day:<8} ASR {m.get('asr', float('nan')):.3f}  pass@1 {m.get('pass_at_1', float('nan')):.3f}  "
               f"over {m.get('problems')} problems x {args.samples} samples{status}")
+    ok = all(r.success for r in [*runs, snap, *evals])
+    if ok and not args.skip_training:
+        from shopdistill_assets.cli_train import DEMO_OPS, run_stages
+        from shopdistill_assets.train import STAGE_ORDER
+
+        print("[5/5] five training stages on a tiny Qwen3 (DeepSpeed on CPU), each evaluated on the held-out set")
+        run_stages(STAGE_ORDER, DEMO_OPS, evaluate=True, eval_samples=2, eval_limit=None)
+        print(f"      lineage of the last checkpoint: shopdistill lineage dr_grpo    "
+              f"checkpoints: {home / 'checkpoints'}")
     print(f"\nLake: {home / 'lake'}    Dagster home: {home / 'dagster'}\n"
           "See it in the UI: make dev  (then open http://127.0.0.1:3000)")
-    ok = all(r.success for r in [*runs, snap, *evals])
     return 0 if ok else 1
 
 
@@ -190,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--traces-per-day", type=int, default=400)
     demo.add_argument("--samples", type=int, default=4, help="samples per held-out problem")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--skip-training", action="store_true", help="stop after the baselines' evaluation")
     demo.set_defaults(func=cmd_demo)
 
     cor = sub.add_parser("corpus", help="run the corpus assets for days through Dagster and print the funnel")
@@ -227,12 +236,22 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--concurrency", type=int, default=8)
     ev.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     ev.set_defaults(func=cmd_eval)
+
+    from shopdistill_assets.cli_train import add_parsers as add_training_parsers
+
+    add_training_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shopdistill_assets.cli_train import CliError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"shopdistill: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Held-out evaluation as an asset, one dynamic partition per policy.
 
     heldout_eval_set ─► policy_eval[policy]   ASR, pass@1, pass@k, per category; rollouts kept
-                                              in the canonical trace schema for re-SFT / KTO
+                                              in the canonical trace schema, for inspection only:
+                                              held-out rollouts are never training data (the
+                                              training inputs' `train_side_only` check enforces it)
 
 Scripted baselines and checkpoints are served in-process by the local OpenAI-compatible server
 and evaluated through it over HTTP, exactly like an external endpoint (vLLM in production).

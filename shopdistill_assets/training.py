@@ -112,7 +112,7 @@ def _lineage(context, stage: Stage, lake: LakeResource, parent: dict, parent_lin
         stage.name, parent=parent, dataset=snapshot_ref(stage.dataset, version, manifest), corpus=corpus,
         days=days, firehose_files=files, hyperparameters=config.trainer_kwargs(stage.method),
         deepspeed={"name": ds_name, "config": ds_config}, leak_clusters_day=manifest.get("leak_clusters_day"))
-    lineage["dagster"] = {"run_id": context.run_id, "asset": stage.asset}
+    lineage["dagster"] = {"run_id": context.run.run_id, "asset": stage.asset}
     return lineage, version, manifest
 
 
@@ -146,7 +146,7 @@ def train_stage(context: AssetExecutionContext, stage: Stage, config: StageTrain
     else:
         stage_config = {
             "stage": stage.name, "model": parent_path, "dataset": lake.snapshot_path(stage.dataset, ds_version),
-            "output_dir": str(launcher.stage_dir(stage.name, context.run_id)),
+            "output_dir": str(launcher.stage_dir(stage.name, context.run.run_id)),
             "trainer": config.trainer_kwargs(stage.method), "deepspeed": ds_config, "lineage": lineage,
             "publish_to": store.root, "s3_endpoint_url": store.endpoint_url,
             "method": ({"episode_reward": config.episode_reward, "catalog": str(project_home() / "arena" / "catalog")}

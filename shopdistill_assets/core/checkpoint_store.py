@@ -171,6 +171,9 @@ class CheckpointStore:
             lineage = json.loads((path / LINEAGE_FILE).read_text())
             return self.get(lineage["checkpoint"]["stage"], lineage["checkpoint"]["version"])
         stage, _, version = ident.strip("/").partition("/")
+        if stage not in self.stages():
+            raise CheckpointNotFound(f"no checkpoint {ident!r} in {self.root}: not a checkpoint folder, and no stage "
+                                     f"{stage!r} there (stages: {', '.join(self.stages()) or 'none yet'})")
         return self.get(stage, version) if version else self.latest(stage)
 
     def lineage(self, ref: CheckpointRef) -> dict[str, Any]:

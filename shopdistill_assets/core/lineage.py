@@ -14,6 +14,7 @@ query over manifests and lineage files answers "what did day D feed".
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from datetime import UTC, datetime
@@ -45,7 +46,7 @@ def code_version() -> dict[str, Any]:
             return None
         return out.stdout.strip() if out.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
+    commit = git("rev-parse", "HEAD") or os.environ.get("SHOPDISTILL_CODE_COMMIT")  # images carry no .git
     dirty = git("status", "--porcelain", "--untracked-files=no")
     try:
         package = metadata.version("shopdistill")

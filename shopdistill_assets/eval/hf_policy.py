@@ -92,6 +92,9 @@ class HFPolicy:
                  dtype: str | None = None, name: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a server's log is no place for loading bars
 
         self.path = Path(path)
         self.name = name or self.path.name

@@ -1,0 +1,243 @@
+"""The five training stages, end to end: DeepSpeed jobs launched through Dagster Pipes on CPU.
+
+One simulated arena (2 days) goes through the corpus and split assets, then the whole chain
+(training data, then sft -> resft -> teacher_sft -> kto -> dr_grpo) is materialized once on an
+ephemeral instance, each stage a real `deepspeed` launch on the tiny Qwen3 (ZeRO-2; teacher_sft
+on ZeRO-3). The tests then read the checkpoints, their lineage and the CLI over them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from resources.checkpoints import CheckpointStoreResource
+from resources.firehose import FirehoseResource
+from resources.lake import LakeResource
+from resources.launcher import TrainingLauncher
+from shopdistill_assets.sim import ArenaConfig, simulate
+from shopdistill_assets.train import STAGE_ORDER, STAGES
+
+pytestmark = pytest.mark.slow
+
+START = date(2026, 11, 5)
+DAYS = [(START + timedelta(days=d)).isoformat() for d in range(2)]
+CORPUS_NAMES = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
+                "rejected_traces", "leak_clusters", "split_traces"]
+SMALL = {"max_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
+CHAIN_OPS = {
+    "train_problems": {"limit": 5},
+    "train_rollouts": {"samples": 2, "max_new_tokens": 48, "max_steps": 3},
+    "teacher_rollouts": {"samples": 1},
+    "kto_dataset": {"max_rows": 24, "max_steps_per_trace": 2},
+    "sft_checkpoint": SMALL,
+    "resft_checkpoint": SMALL,
+    "teacher_sft_checkpoint": {**SMALL, "deepspeed": "zero3"},
+    "kto_checkpoint": {"max_steps": 2, "max_length": 2048, "per_device_train_batch_size": 2},
+    "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 24,
+                           "per_device_train_batch_size": 2},
+}
+
+
+def selected(names: list[str]) -> list:
+    from shopdistill_assets.definitions import ASSET_CHECKS, ASSETS
+
+    assets = [a for a in ASSETS if any(k.to_user_string() in names for k in a.keys)]
+    checks = [c for c in ASSET_CHECKS if any(k.asset_key.to_user_string() in names for k in c.check_keys)]
+    return [*assets, *checks]
+
+
+def run(names: list[str], resources: dict, instance: dg.DagsterInstance, day: str | None = None,
+        ops: dict | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    config: dict = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    if ops:
+        config["ops"] = {name: {"config": cfg} for name, cfg in ops.items() if name in names}
+    return dg.materialize(selected(names), partition_key=day, resources=resources, instance=instance,
+                          run_config=config, selection=[dg.AssetKey(n) for n in names], raise_on_error=raise_on_error)
+
+
+def meta(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.step_materialization_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return {"data_version": mat.tags.get("dagster/data_version"),
+                    **{k: getattr(v, "value", v) for k, v in mat.metadata.items()}}
+    raise KeyError(f"{asset} not materialized")
+
+
+@dataclass
+class Trained:
+    root: Path
+    home: Path
+    resources: dict
+    instance: dg.DagsterInstance
+    chain: dg.ExecuteInProcessResult
+    corpus_version: str
+
+    @property
+    def store(self):
+        return self.resources["checkpoints"].store()
+
+    @property
+    def lake(self) -> LakeResource:
+        return self.resources["lake"]
+
+
+def make_resources(root: Path, checkpoints: Path) -> dict:
+    return {"firehose": FirehoseResource(root=str(root / "firehose")), "lake": LakeResource(root=str(root / "lake")),
+            "checkpoints": CheckpointStoreResource(root=str(checkpoints)),
+            "launcher": TrainingLauncher(deepspeed_config="zero2", echo_output=False)}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Trained:
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_HOME", str(home))
+        simulate(ArenaConfig(out=home / "arena", start_day=START, days=len(DAYS), traces_per_day=160, seed=11,
+                             problems_per_day=40))
+        root = home / "arena"
+        resources = make_resources(root, home / "checkpoints")
+        instance = dg.DagsterInstance.ephemeral()
+        for day in DAYS:
+            run(CORPUS_NAMES, resources, instance, day)
+        corpus = run(["train_corpus"], resources, instance)
+        run(["heldout_eval_set"], resources, instance, ops={"heldout_eval_set": {"suites": [str(root / "suites")]}})
+        names = ["train_problems", "train_rollouts", "teacher_rollouts", "resft_dataset", "teacher_sft_dataset",
+                 "kto_dataset", "grpo_dataset", *[s.asset for s in STAGES.values()]]
+        chain = run(names, resources, instance, ops=CHAIN_OPS)
+        yield Trained(root, home, resources, instance, chain, meta(corpus, "train_corpus")["version"])
+
+
+def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert trained.chain.success
+    parent = None
+    for name in STAGE_ORDER:
+        m = meta(trained.chain, f"{name}_checkpoint")
+        ref = trained.store.get(name, m["version"])
+        assert m["data_version"] == ref.sha256 == m["sha256"]
+        lineage = trained.store.lineage(ref)
+        training = lineage["training"]
+        if training.get("trained", True):
+            assert training["steps"] == 2 and training["losses_finite"]
+            assert all(math.isfinite(x) for x in training["losses"])
+            assert m["deepspeed"] == ("zero3" if name == "teacher_sft" else "zero2")
+        else:  # nothing to learn: the parent's weights, passed on, and said so
+            assert ref.sha256 == parent.sha256 and "no rows" in training["reason"]
+        if parent is None:
+            assert lineage["parent"]["base_model"] == "tiny-qwen3"
+        else:
+            assert (lineage["parent"]["stage"], lineage["parent"]["version"]) == (parent.stage, parent.version)
+        assert lineage["corpus"]["version"] == trained.corpus_version
+        folder = trained.store.local_path(ref)
+        assert list(folder.glob("*.safetensors")) and (folder / "README.md").read_text().startswith("# shopdistill")
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        assert model.config.model_type == "qwen3" and tokenizer.chat_template
+        parent = ref
+    print("\nchain: " + " -> ".join(f"{n}/{meta(trained.chain, n + '_checkpoint')['version']}" for n in STAGE_ORDER))
+
+
+def test_lineage_names_the_corpus_the_days_and_the_files(trained):
+    ref = trained.store.latest("sft")
+    lineage = trained.store.lineage(ref)
+    manifest = trained.lake.read_manifest("train_corpus", trained.corpus_version)
+    assert lineage["dataset"]["asset"] == "train_corpus" and lineage["dataset"]["version"] == trained.corpus_version
+    assert lineage["corpus"]["content_sha256"] == manifest["content_sha256"]
+    assert lineage["days"] == DAYS
+    for day in DAYS:
+        on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                   for p in (trained.root / "firehose" / f"day={day}").iterdir()}
+        assert {f["file"]: f["sha256"] for f in lineage["firehose_files"][day]} == on_disk
+    assert lineage["libraries"]["trl"] and lineage["libraries"]["deepspeed"] and "commit" in lineage["code"]
+    assert lineage["hyperparameters"]["max_steps"] == 2
+    kto = trained.store.lineage(trained.store.latest("kto"))
+    assert kto["dataset"]["asset"] == "kto_dataset" and kto["corpus"]["version"] == trained.corpus_version
+
+
+def cli(trained: Trained, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SHOPDISTILL_HOME": str(trained.home), "SHOPDISTILL_LAKE": str(trained.root / "lake"),
+           "SHOPDISTILL_CHECKPOINTS": str(trained.home / "checkpoints")}
+    return subprocess.run([sys.executable, "-m", "shopdistill_assets.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_shopdistill_lineage_of_the_last_checkpoint_and_of_a_day(trained):
+    out = cli(trained, "lineage", "dr_grpo")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert f"train_corpus {trained.corpus_version}" in text
+    for stage in STAGE_ORDER:
+        assert f"checkpoint {stage}/" in text
+    for day in DAYS:
+        for f in (trained.root / "firehose" / f"day={day}").iterdir():
+            assert f"{day}  {f.name}  sha256 {hashlib.sha256(f.read_bytes()).hexdigest()}" in text
+    by_day = cli(trained, "lineage", "--day", DAYS[0], "--json")
+    uses = json.loads(by_day.stdout)
+    assert {c["stage"] for c in uses["checkpoints"]} == set(STAGE_ORDER)
+    assert trained.corpus_version in {s["version"] for s in uses["snapshots"]}
+    unknown = cli(trained, "lineage", "--day", "2026-10-01", "--json")
+    assert json.loads(unknown.stdout) == {"snapshots": [], "checkpoints": []}
+    bad = cli(trained, "lineage", "no_such_stage")
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "no stage" in bad.stderr
+
+
+def test_one_stage_alone_starts_from_the_newest_upstream_checkpoint(trained, tmp_path):
+    before = trained.store.latest("teacher_sft")
+    again = run(["teacher_sft_checkpoint"], trained.resources, trained.instance,
+                ops={"teacher_sft_checkpoint": {**SMALL, "seed": 1, "learning_rate": 5e-3}})
+    newest = trained.store.latest("teacher_sft")
+    assert newest.version == meta(again, "teacher_sft_checkpoint")["version"] != before.version
+    kto = run(["kto_checkpoint"], trained.resources, trained.instance, ops=CHAIN_OPS)
+    lineage = trained.store.lineage(trained.store.get("kto", meta(kto, "kto_checkpoint")["version"]))
+    assert (lineage["parent"]["stage"], lineage["parent"]["version"]) == ("teacher_sft", newest.version)
+
+    # No upstream checkpoint at all: a clear failure, nothing launched.
+    empty = {**trained.resources, "checkpoints": CheckpointStoreResource(root=str(tmp_path / "empty"))}
+    failed = run(["kto_checkpoint"], empty, trained.instance, ops=CHAIN_OPS, raise_on_error=False)
+    assert not failed.success
+    message = next(e for e in failed.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "materialize teacher_sft_checkpoint first" in message
+
+
+def test_train_side_check_blocks_a_planted_heldout_problem(trained):
+    lake = trained.lake
+    leak = lake.read_day("leak_clusters", DAYS[-1])
+    held = leak.filter(pl.col("side") == "heldout").row(0, named=True)
+    # the teacher's rollouts, with one row rewritten to ask a held-out problem
+    version = lake.list_snapshots("teacher_rollouts")[0]
+    rollouts = lake.read_snapshot("teacher_rollouts", version)
+    planted = rollouts.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(held["problem_id"])).otherwise(pl.col("problem_id"))
+        .alias("problem_id"),
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(held["query"])).otherwise(pl.col("query")).alias("query"))
+    lake.write_snapshot("teacher_rollouts", "v-planted", planted,
+                        {**lake.read_manifest("teacher_rollouts", version), "version": "v-planted",
+                         "created_at": "9999-01-01T00:00:00"})
+    instance = dg.DagsterInstance.ephemeral()  # no recorded versions: the newest snapshot is read
+    result = run(["teacher_sft_dataset", "teacher_sft_checkpoint"], trained.resources, instance, ops=CHAIN_OPS,
+                 raise_on_error=False)
+    verdicts = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+    check = verdicts[("teacher_sft_dataset", "train_side_only")]
+    assert not check.passed and check.metadata["side/heldout"].value == 1
+    # blocking: the stage that would have trained on it did not run
+    trained_assets = {e.step_materialization_data.materialization.asset_key.to_user_string()
+                      for e in result.get_asset_materialization_events()}
+    assert "teacher_sft_checkpoint" not in trained_assets and not result.success
+    # and the clean inputs of the chain all passed
+    clean = {(e.asset_key.to_user_string(), e.check_name): e.passed
+             for e in trained.chain.get_asset_check_evaluations()}
+    assert clean and all(clean.values())
