@@ -106,6 +106,29 @@ def test_tool_match_score_rewards_name_then_keys_then_values():
     assert completion_calls([{"role": "assistant", "content": "no call"}]) == []
 
 
+def test_shopping_environment_scores_the_policys_own_recommendation():
+    from shopdistill_assets.eval.toy_world import toy_world
+    from shopdistill_assets.train.rewards import ShoppingEnvironment
+
+    catalog, problems = toy_world(seed=3, n_problems=3)
+    problem = problems[0]
+    answer = ",".join(str(item["product_id"]) for item in problem.reward)
+    ShoppingEnvironment.catalog = catalog
+    env = ShoppingEnvironment()
+    teacher = [{"role": "assistant", "tool_calls": [{"function": {"name": "recommend_product",
+                                                                  "arguments": json.dumps({"product_ids": answer})}}]}]
+    env.reset(problem_json=json.dumps(problem.to_dict()), prompt=teacher)
+    assert env.get_reward() == 0.0  # the teacher's recommendation in the prompt is not the policy's
+    results = json.loads(env.find_product(q=problem.query.split()[0], page=1))
+    assert isinstance(results, list)
+    env.recommend_product(product_ids="1")
+    assert env.get_reward() == 0.0
+    env.recommend_product(product_ids=answer)
+    assert env.get_reward() == 1.0
+    env.reset(problem_json=None)
+    assert env.get_reward() == 0.0
+
+
 def test_kto_class_weights_balance_the_two_labels():
     assert class_weights([True] * 10 + [False] * 90) == {"desirable_weight": 9.0, "undesirable_weight": 1.0}
     assert class_weights([True] * 30 + [False] * 10) == {"desirable_weight": 1.0, "undesirable_weight": 3.0}

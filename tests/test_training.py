@@ -46,7 +46,7 @@ CHAIN_OPS = {
     "teacher_sft_checkpoint": {**SMALL, "deepspeed": "zero3"},
     "kto_checkpoint": {"max_steps": 2, "max_length": 2048, "per_device_train_batch_size": 2},
     "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 24,
-                           "per_device_train_batch_size": 2},
+                           "per_device_train_batch_size": 2, "episode_reward": True},
 }
 
 
@@ -164,6 +164,8 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
         assert {f["file"]: f["sha256"] for f in lineage["firehose_files"][day]} == on_disk
     assert lineage["libraries"]["trl"] and lineage["libraries"]["deepspeed"] and "commit" in lineage["code"]
     assert lineage["hyperparameters"]["max_steps"] == 2
+    grpo = trained.store.lineage(trained.store.latest("dr_grpo"))["training"]
+    assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
     kto = trained.store.lineage(trained.store.latest("kto"))
     assert kto["dataset"]["asset"] == "kto_dataset" and kto["corpus"]["version"] == trained.corpus_version
 

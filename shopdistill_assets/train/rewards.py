@@ -8,7 +8,7 @@ one step and is scored on its next turn alone:
                      tool, else (1 + key Jaccard + share of the teacher's values matched) / 3.
 Episode reward (beyond the paper): `ShoppingEnvironment` exposes the sandbox tools to TRL's
 `environment_factory`; the rollout continues with real tool results and `get_reward` scores
-the final recommendation with the validator's scorer (1 success, 0 otherwise).
+the recommendation the policy itself made with the validator's scorer (1 success, 0 otherwise).
 
 Completions are TRL's conversational completions (a list of assistant messages); turns the
 tokenizer could not parse into `tool_calls` are parsed here from their `<tool_call>` text.
@@ -99,6 +99,7 @@ class ShoppingEnvironment:
         self._sandbox = Sandbox(self.catalog)
         self._problem = None
         self._calls: list[tuple[str, dict[str, Any]]] = []
+        self._prefix = 0
 
     def reset(self, problem_json: str | None = None, prompt: list[dict[str, Any]] | None = None, **_: Any) -> None:
         from shopdistill_assets.sandbox.problems import Problem
@@ -108,6 +109,7 @@ class ShoppingEnvironment:
         for message in prompt or []:
             for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
                 self._calls.append((call["function"]["name"], _loads(call["function"]["arguments"])))
+        self._prefix = len(self._calls)  # the teacher's calls: context, not the policy's merit
         return None
 
     def _run(self, name: str, args: dict[str, Any]) -> str:
@@ -160,4 +162,5 @@ class ShoppingEnvironment:
 
         if self._problem is None:
             return 0.0
-        return 1.0 if score_trace_calls(self._problem, self._calls, self._sandbox.catalog).success else 0.0
+        own = self._calls[self._prefix:]  # only a recommendation the policy made itself counts
+        return 1.0 if score_trace_calls(self._problem, own, self._sandbox.catalog).success else 0.0
