@@ -16,7 +16,6 @@ import json
 import random
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -81,10 +80,14 @@ def read_once(lake: LakeResource, how: int) -> pl.DataFrame:
 
 def run_writer(lake: LakeResource, writer: str, count: int, seed: int) -> None:
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory() as scratch:
+    scratch = lake.scratch_dir()  # as the assets do: a killed writer leaves it in the lake's staging
+    try:
         for i in range(count):
             parts = rng.randint(1, 4)
-            write_version(lake, tag_for(writer, i, parts), parts, Path(scratch))
+            write_version(lake, tag_for(writer, i, parts), parts, scratch)
+            print(f"wrote {i}", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run_reader(lake: LakeResource, seconds: float, stop: Path | None = None) -> dict:
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     lake = LakeResource(root=args.root, endpoint_url=args.endpoint_url)
+    print("ready", flush=True)  # imports done: the caller may time its kill from here
     if args.mode == "write":
         run_writer(lake, args.writer, args.count, args.seed)
         return 0

@@ -29,6 +29,7 @@ import pytest
 
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
+from resources.s3 import parse_s3_uri
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS, gated_traces, rejected_traces
 from shopdistill_assets.sim import ArenaConfig, simulate
 
@@ -457,8 +458,7 @@ def test_lake_on_s3_conserves_and_matches_the_local_lake(corpus, moto_s3, tmp_pa
     s3 = boto3.client("s3", endpoint_url=moto_s3)
     for asset in ("normalized_traces", "gated_traces", "subtask_traces", "rejected_traces"):
         local = sorted(Path(corpus.lake.day_path(asset, day)).glob("part-*.parquet"))
-        listing = s3.list_objects_v2(Bucket="corpus-lake", Prefix=f"lake/{asset}/day={day}/")
-        keys = sorted(o["Key"] for o in listing["Contents"])
+        keys = [parse_s3_uri(uri)[1] for uri in lake.day_part_uris(asset, day)]  # the current version's parts
         assert [k.rsplit("/", 1)[1] for k in keys] == [p.name for p in local], asset
         for key, path in zip(keys, local):
             assert s3.get_object(Bucket="corpus-lake", Key=key)["Body"].read() == path.read_bytes(), key

@@ -165,18 +165,23 @@ def test_s3_lake_rewrite_is_identical_and_drops_stale_parts(moto_s3, tiny_day):
     client = boto3.client("s3", endpoint_url=moto_s3)
     client.create_bucket(Bucket="lake")
     firehose = FirehoseResource(root="s3://arena/firehose", endpoint_url=moto_s3)
-    lake = LakeResource(root="s3://lake", endpoint_url=moto_s3)
+    lake = LakeResource(root="s3://lake", endpoint_url=moto_s3, retired_grace_s=0)
     prefix = f"raw_firehose/day={tiny_day.day}/"
 
+    def current_parts() -> list[bytes]:
+        return [client.get_object(Bucket="lake", Key=parse_s3_uri(uri)[1])["Body"].read()
+                for uri in lake.day_part_uris("raw_firehose", tiny_day.day)]
+
     materialize_day(tiny_day.day, firehose, lake)
-    first = client.get_object(Bucket="lake", Key=prefix + "part-00000.parquet")["Body"].read()
-    client.put_object(Bucket="lake", Key=prefix + "part-00001.parquet", Body=b"stale")
+    first = current_parts()
+    client.put_object(Bucket="lake", Key=prefix + "part-00001.parquet", Body=b"stale")  # the flat layout of older code
     materialize_day(tiny_day.day, firehose, lake)
 
     keys = [o["Key"] for o in client.list_objects_v2(Bucket="lake", Prefix=prefix)["Contents"]]
-    assert keys == [prefix + "part-00000.parquet"]
-    again = client.get_object(Bucket="lake", Key=prefix + "part-00000.parquet")["Body"].read()
-    assert again == first
+    assert keys == [prefix + "_current.json"]
+    assert current_parts() == first and len(first) == 1
+    versions = client.list_objects_v2(Bucket="lake", Prefix=f"raw_firehose/.versions/day={tiny_day.day}/")["Contents"]
+    assert len({o["Key"].rsplit("/", 2)[1] for o in versions}) == 1, "the replaced version is collected"
 
 
 def test_s3_day_files_open_decompressed_and_a_missing_day_is_named(moto_s3, tiny_day):

@@ -43,7 +43,9 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> None:
 
 def start_reader(root: Path, tmp_path: Path, name: str = "reader") -> tuple[subprocess.Popen, Path, Path]:
     out, stop = tmp_path / f"{name}.json", tmp_path / f"{name}.stop"
-    return start("read", root, "--seconds", 300, "--stop", stop, "--out", out), out, stop
+    proc = start("read", root, "--seconds", 300, "--stop", stop, "--out", out)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc, out, stop
 
 
 def stop_reader(reader: tuple[subprocess.Popen, Path, Path]) -> dict:
@@ -100,7 +102,8 @@ def test_a_writer_killed_at_random_points_never_leaves_the_day_missing_or_mixed(
     rng = random.Random(9)
     for kill in range(4):
         writer = start("write", root, "--writer", f"k{kill}", "--count", 1000, "--seed", kill)
-        time.sleep(rng.uniform(1.5, 3.5))  # imports take ~1.5 s; then it writes all the time
+        assert writer.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.2, 1.5))  # it writes all the time: killed at a random point of one
         writer.send_signal(signal.SIGKILL)
         writer.communicate()
         assert verdict(lake.read_day(ASSET, DAY)) is None

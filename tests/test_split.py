@@ -122,7 +122,9 @@ def latent_of(root: Path, frame: pl.DataFrame) -> list[str | None]:
 
 
 def lake_tables(root: Path, tables: tuple[str, ...]) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for t in tables for p in sorted((root / t).rglob("*.parquet"))}
+    # The contract path shape lists each day's current parts (older versions live under .versions).
+    return {str(p.relative_to(root)): p.read_bytes() for t in tables
+            for p in sorted((root / t).glob("day=*/part-*.parquet"))}
 
 
 # ---------------------------------------------------------------- the arena, materialized once
