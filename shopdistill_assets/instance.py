@@ -13,6 +13,12 @@ _FALLBACK_YAML = """storage:
   sqlite:
     base_dir:
       env: DAGSTER_HOME
+run_launcher:
+  module: shopdistill_assets.run_monitoring
+  class: PidMonitoredRunLauncher
+run_monitoring:
+  enabled: true
+  poll_interval_seconds: 30
 concurrency:
   pools:
     default_limit: 1
@@ -29,7 +35,8 @@ def project_home() -> Path:
 
 
 def project_instance(home: Path | None = None) -> DagsterInstance:
-    """The persistent local instance the UI (`make dev`) shows: runs of the CLI land there too."""
+    """The persistent local instance the UI (`make dev`) shows: runs of the CLI land there too.
+    Runs that an earlier, killed process left STARTED are marked failed here, first."""
     home = home or project_home()
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
@@ -41,4 +48,8 @@ def project_instance(home: Path | None = None) -> DagsterInstance:
             config.write_text(_FALLBACK_YAML)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     os.environ.setdefault("SHOPDISTILL_HOME", str(home))
-    return DagsterInstance.get()
+    instance = DagsterInstance.get()
+    from shopdistill_assets.run_monitoring import fail_orphaned_runs  # dagster internals: only when needed
+
+    fail_orphaned_runs(instance)
+    return instance
