@@ -2,19 +2,28 @@
 
     python tests/lake_stress.py write ROOT --writer W --count N [--endpoint-url URL]
     python tests/lake_stress.py read ROOT --seconds S --out FILE [--endpoint-url URL]
+    python tests/lake_stress.py tables ROOT --day D --expect LAKE_A --expect LAKE_B --out FILE --stop FILE
 
 Every write is one whole version of the day: 1 to 4 parts, every row tagged with the
 version's name, which also says how many rows the version has. A reader that sees rows of two
 versions, or fewer rows than the tag says, has seen a mixed or partial day; one that finds
 no day after the first write has seen a missing day. The reader writes its tally as JSON.
+
+`tables` reads every table of a day of a corpus lake in a loop while `shopdistill corpus` runs
+over it are killed: each read must equal that table as one of the uninterrupted runs wrote it.
+`kill_at_random` and `corpus_tables` drive and compare those runs (tests/test_crash.py and
+benchmarks/lake_crash.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -113,9 +122,109 @@ def run_reader(lake: LakeResource, seconds: float, stop: Path | None = None) -> 
     return tally
 
 
+# ---- whole corpus runs, killed -----------------------------------------------------------------
+
+def corpus_command(firehose: Path, lake: Path, day: str) -> list[str]:
+    cli = Path(sys.executable).with_name("shopdistill")
+    return [str(cli), "corpus", "--firehose", str(firehose), "--lake", str(lake), "--day", day]
+
+
+def start_corpus(firehose: Path, lake: Path, day: str, home: Path) -> subprocess.Popen:
+    """`shopdistill corpus` in its own process group (its part workers die with it)."""
+    env = {**os.environ, "SHOPDISTILL_HOME": str(home)}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.Popen(corpus_command(firehose, lake, day), env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def started_run_ids(instance) -> set[str]:
+    import dagster as dg
+
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    return {r.dagster_run.run_id for r in records}
+
+
+def home_instance(home: Path):
+    """The project home's Dagster instance, created here before any run so that runs and this
+    process do not race to create its SQLite storage."""
+    import dagster as dg
+
+    dagster_home = home / "dagster"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    if not (dagster_home / "dagster.yaml").exists():
+        shutil.copyfile(Path(__file__).resolve().parents[1] / "dagster.yaml", dagster_home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(dagster_home)  # the instance's yaml reads it
+    return dg.DagsterInstance.from_config(str(dagster_home))
+
+
+def kill_at_random(firehose: Path, lake: Path, day: str, home: Path, after_s: float, instance) -> str | None:
+    """Run the corpus for `day` and SIGKILL its process group `after_s` seconds after its
+    Dagster run started; returns the killed run's id (None where the process ended first)."""
+    before = started_run_ids(instance)  # runs killed before are failed once this one starts
+    proc = start_corpus(firehose, lake, day, home)
+    run_id = None
+    while run_id is None and proc.poll() is None:
+        run_id = next(iter(started_run_ids(instance) - before), None)
+        time.sleep(0.2)
+    try:
+        proc.wait(timeout=after_s)
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err.decode()[-3000:]
+        return None
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return run_id
+
+
+def corpus_tables(lake: Path, day: str) -> dict[str, list[bytes]]:
+    """Every table of the day as the contract path shape lists it: asset -> its parts' bytes."""
+    return {asset.name: [p.read_bytes() for p in sorted((asset / f"day={day}").glob("part-*.parquet"))]
+            for asset in sorted(lake.iterdir()) if (asset / f"day={day}").is_dir()}
+
+
+def leftovers(lake: Path) -> list[str]:
+    """What is on disk beyond the current versions, the asset locks and an empty staging."""
+    extra = [str(p) for p in (lake / ".staging").iterdir()] if (lake / ".staging").is_dir() else []
+    for asset in lake.iterdir():
+        versions = asset / ".versions"
+        if asset.name.startswith(".") or not versions.is_dir():
+            continue
+        current = {(asset / name).resolve() for name in os.listdir(asset) if not name.startswith(".")}
+        extra += [str(v) for v in versions.glob("*/*") if v.resolve() not in current]
+        extra += [str(p) for p in asset.iterdir() if not p.name.startswith(".") and not p.is_symlink()]
+    return sorted(extra)
+
+
+def run_table_reader(lake: LakeResource, day: str, expected: list[Path], seconds: float,
+                     stop: Path | None = None) -> dict:
+    options = {}
+    for root in expected:
+        reference = LakeResource(root=str(root))
+        for asset in corpus_tables(root, day):
+            options.setdefault(asset, []).append(reference.read_day(asset, day))
+    tally = {"reads": 0, "bad": [], "missing": 0, "errors": [], "tables": len(options)}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (stop and stop.exists()):
+        for asset, frames in options.items():
+            tally["reads"] += 1
+            try:
+                frame = lake.read_day(asset, day)
+            except LakePartMissing:
+                tally["missing"] += 1
+                continue
+            except Exception as exc:  # noqa: BLE001 - the tally is the test's evidence
+                tally["errors"].append(f"{asset}: {type(exc).__name__}: {exc}"[:300])
+                continue
+            if not any(frame.equals(f) for f in frames):
+                tally["bad"].append(f"{asset}: {frame.height} rows match no uninterrupted run")
+        time.sleep(0.2)  # leave the machine's cores to the runs being killed
+    return tally
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["write", "read"])
+    parser.add_argument("mode", choices=["write", "read", "tables"])
     parser.add_argument("root")
     parser.add_argument("--endpoint-url")
     parser.add_argument("--writer", default="w")
@@ -124,13 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--stop", help="stop reading when this file appears")
     parser.add_argument("--out")
+    parser.add_argument("--day", default=DAY)
+    parser.add_argument("--expect", action="append", default=[], help="a lake an uninterrupted run wrote")
     args = parser.parse_args(argv)
     lake = LakeResource(root=args.root, endpoint_url=args.endpoint_url)
     print("ready", flush=True)  # imports done: the caller may time its kill from here
     if args.mode == "write":
         run_writer(lake, args.writer, args.count, args.seed)
         return 0
-    tally = run_reader(lake, args.seconds, Path(args.stop) if args.stop else None)
+    stop = Path(args.stop) if args.stop else None
+    if args.mode == "tables":
+        tally = run_table_reader(lake, args.day, [Path(e) for e in args.expect], args.seconds, stop)
+    else:
+        tally = run_reader(lake, args.seconds, stop)
     Path(args.out).write_text(json.dumps(tally))
     return 0
 
