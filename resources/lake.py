@@ -102,13 +102,15 @@ class LakeResource(S3Access):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # A run's start: what killed runs left behind goes (never a live writer's scratch).
+        log = context.log
         try:
             removed = self._clean_staging() if is_s3_uri(self.root) else self.clean_stale()
         except OSError as exc:
-            context.log.warning(f"lake: could not clean stale scratch: {exc}")
+            if log:
+                log.warning(f"lake: could not clean stale scratch: {exc}")
             return
-        if removed:
-            context.log.info(f"lake: removed {len(removed)} stale scratch folders and retired versions")
+        if removed and log:
+            log.info(f"lake: removed {len(removed)} stale scratch folders and retired versions")
 
     # ---- paths -----------------------------------------------------------------------------
     def day_path(self, asset: str, day: str) -> str:
@@ -309,7 +311,8 @@ class LakeResource(S3Access):
 
     def _read_parts(self, folder: str, what: str) -> pl.DataFrame:
         def read(files: list[str]) -> pl.DataFrame:
-            frames = [pl.read_parquet(io.BytesIO(self._read_bytes(uri))) for uri in _require_parts(files, what, folder)]
+            frames = [pl.read_parquet(io.BytesIO(self._read_bytes(uri)) if is_s3_uri(uri) else uri)
+                      for uri in _require_parts(files, what, folder)]
             return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
 
         return self._with_current(folder, read)

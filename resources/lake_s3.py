@@ -47,7 +47,13 @@ def read_pointer(client: Any, bucket: str, key: str) -> tuple[dict, str] | None:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
         raise
-    return json.loads(response["Body"].read()), response["ETag"]
+    try:
+        pointer = json.loads(response["Body"].read())
+        if not isinstance(pointer.get("version"), str) or not isinstance(pointer.get("files"), list):
+            raise ValueError("no version or files")
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(f"s3://{bucket}/{key} is not a lake pointer: {exc}") from exc
+    return pointer, response["ETag"]
 
 
 def resolve(client: Any, bucket: str, asset_key: str, name: str) -> tuple[list[str], bool]:
