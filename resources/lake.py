@@ -211,6 +211,14 @@ class LakeResource(S3Access):
             Path(part).unlink(missing_ok=True)
         return folder
 
+    def snapshot_version_uri(self, asset: str, version: str) -> str:
+        """URI of the immutable folder the snapshot names now: hand this, not `snapshot_path`,
+        to a process that lists the folder itself (a training job); it stays readable at least
+        `retired_grace_s` after a replace."""
+        folder = self.snapshot_path(asset, version)
+        files = self._with_current(folder, lambda found: _require_parts(found, f"{asset} {version}", folder))
+        return files[0].rsplit("/", 1)[0]
+
     def read_snapshot(self, asset: str, version: str) -> pl.DataFrame:
         return self._read_parts(self.snapshot_path(asset, version), f"{asset} {version}")
 

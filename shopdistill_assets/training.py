@@ -145,7 +145,7 @@ def train_stage(context: AssetExecutionContext, stage: Stage, config: StageTrain
         reason = f"{stage.dataset} {ds_version} has no rows"
     else:
         stage_config = {
-            "stage": stage.name, "model": parent_path, "dataset": lake.snapshot_path(stage.dataset, ds_version),
+            "stage": stage.name, "model": parent_path, "dataset": lake.snapshot_version_uri(stage.dataset, ds_version),
             "output_dir": str(launcher.stage_dir(stage.name, context.run.run_id)),
             "trainer": config.trainer_kwargs(stage.method), "deepspeed": ds_config, "lineage": lineage,
             "publish_to": store.root, "s3_endpoint_url": store.endpoint_url,

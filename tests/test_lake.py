@@ -257,3 +257,19 @@ def _pq(table: pl.DataFrame) -> bytes:
     sink = io.BytesIO()
     table.write_parquet(sink)
     return sink.getvalue()
+
+
+def test_a_training_job_lists_the_snapshot_version_it_is_given(moto_s3, tmp_path):
+    from shopdistill_assets.train.common import dataset_files
+
+    lake = _s3_lake(moto_s3)
+    table = lake_stress.version_table("s.0.p1", 0)
+    lake.write_snapshot("sft_rows", "v1", table, {"rows": table.height})
+
+    files = dataset_files(lake.snapshot_version_uri("sft_rows", "v1"), moto_s3, tmp_path)
+
+    assert len(files) == 1 and pl.read_parquet(files[0]).equals(table)
+    local = LakeResource(root=str(tmp_path / "lake"))
+    local.write_snapshot("sft_rows", "v1", table, {"rows": table.height})
+    assert [pl.read_parquet(f).equals(table) for f in dataset_files(local.snapshot_version_uri("sft_rows", "v1"),
+                                                                    None, tmp_path)] == [True]
