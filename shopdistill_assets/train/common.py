@@ -142,6 +142,7 @@ def dataset_files(dataset: str, s3_endpoint_url: str | None, scratch: Path) -> l
         from resources.s3 import make_s3_client
 
         bucket, _, prefix = dataset[5:].partition("/")
+        prefix = prefix.rstrip("/") + "/"  # the folder's own objects, not a sibling sharing its name's start
         client = make_s3_client(endpoint_url=s3_endpoint_url)
         keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
                 for o in page.get("Contents", []) if o["Key"].endswith(".parquet")]
