@@ -197,6 +197,23 @@ def test_shopdistill_lineage_of_the_last_checkpoint_and_of_a_day(trained):
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "no stage" in bad.stderr
 
 
+def test_a_new_corpus_marks_the_checkpoints_stale(trained):
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+
+    from shopdistill_assets.definitions import defs
+
+    def status(key: str) -> StaleStatus:
+        resolver = CachingStaleStatusResolver(trained.instance, defs.get_repository_def().asset_graph)
+        return resolver.get_status(dg.AssetKey(key))
+
+    assert status("sft_checkpoint") == StaleStatus.FRESH
+    smaller = run(["train_corpus"], trained.resources, trained.instance, ops={"train_corpus": {"sample_fraction": 0.5}})
+    assert meta(smaller, "train_corpus")["version"] != trained.corpus_version
+    assert status("sft_checkpoint") == StaleStatus.STALE
+    assert status("dr_grpo_checkpoint") == StaleStatus.STALE  # through its parents
+    run(["train_corpus"], trained.resources, trained.instance)  # the original corpus again (same bytes)
+
+
 def test_one_stage_alone_starts_from_the_newest_upstream_checkpoint(trained, tmp_path):
     before = trained.store.latest("teacher_sft")
     again = run(["teacher_sft_checkpoint"], trained.resources, trained.instance,
