@@ -84,3 +84,11 @@ def connect(lake: LakeResource, con: duckdb.DuckDBPyConnection | None = None) ->
                     f"FROM read_parquet([{files}], union_by_name = true, filename = true)")
         counts[table] = len(uris)
     return con, counts
+
+
+def lake_resource() -> LakeResource:
+    """The lake the SHOPDISTILL_* variables name, with plain values (for use outside a run)."""
+    from shopdistill_assets.settings import resolve_roots
+
+    roots = resolve_roots()
+    return LakeResource(root=roots.lake, endpoint_url=roots.endpoint_url)
