@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from dagster import AssetSelection, AutomationCondition
 
-_UPDATED = (AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated()).since_last_handled()
+# Missing, or an input changed, since this target was last requested or updated. Unlike
+# `since_last_handled`, the first evaluation does not reset it: days that the CLI processed
+# before the daemon ever ran are caught up too.
+_HANDLED = AutomationCondition.newly_requested() | AutomationCondition.newly_updated()
+_UPDATED = (AutomationCondition.missing() | AutomationCondition.any_deps_updated()).since(_HANDLED)
 _QUIET = ~AutomationCondition.any_deps_in_progress() & ~AutomationCondition.in_progress()
 
 
@@ -35,8 +39,10 @@ def follow_inputs() -> AutomationCondition:
 
 
 def follow_days() -> AutomationCondition:
-    """An unpartitioned snapshot over the daily tables: after any day updates and none is running."""
-    return (AutomationCondition.any_deps_updated().since_last_handled() & _QUIET).with_label("follow_days")
+    """An unpartitioned snapshot over the daily tables: once some day exists, after any day
+    updates, and while none is running."""
+    some_day = AutomationCondition.any_deps_match(~AutomationCondition.missing())
+    return (_UPDATED & some_day & _QUIET).with_label("follow_days")
 
 
 # asset key -> condition; keys that a code location lacks are ignored.

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import pyarrow as pa
 from dagster import (
     AssetExecutionContext,
-    BackfillPolicy,
     DataVersion,
     Failure,
     MaterializeResult,
@@ -59,9 +58,6 @@ def inventory_markdown(inventory: Sequence[dict]) -> str:
 
 @asset(
     partitions_def=daily_partitions,
-    # One day per run, also in backfills: each day carries its own data version, and a day's
-    # failure (a missing folder) stays that day's.
-    backfill_policy=BackfillPolicy.multi_run(1),
     code_version="1",
     group_name="ingest",
     kinds={"python", "parquet"},
