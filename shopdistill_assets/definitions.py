@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from dagster import AssetSpec, Definitions, EnvVar
+from dagster import AssetSpec, Definitions, EnvVar, in_process_executor
 
 from jobs import CONDITIONS, corpus_daily_job, corpus_daily_schedule, firehose_day_sensor
 from resources.firehose import FirehoseResource
@@ -88,6 +88,9 @@ def build_definitions(
         jobs=JOBS,
         schedules=SCHEDULES,
         sensors=SENSORS,
+        # One process per run: the heavy stages fan out to their own process pool, so a
+        # subprocess per step would only add an interpreter start (seconds) to every step.
+        executor=in_process_executor,
     )
 
 

@@ -116,7 +116,7 @@ def arena(tmp_path_factory) -> Path:
     from shopdistill_assets.sim import ArenaConfig, simulate
 
     root = tmp_path_factory.mktemp("arena")
-    simulate(ArenaConfig(out=root, start_day=date.fromisoformat(DAYS[0]), days=len(DAYS), traces_per_day=40,
+    simulate(ArenaConfig(out=root, start_day=date.fromisoformat(DAYS[0]), days=len(DAYS), traces_per_day=24,
                          seed=5, n_products=300, problems_per_day=15))
     return root
 
@@ -194,7 +194,10 @@ def test_a_five_day_backfill_through_the_instance_gives_the_in_order_split(arena
 
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    # Runs launched at once (the default queue needs the daemon's dequeue loop as well).
+    (dagster_home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "telemetry:\n  enabled: false\n")
     lake = LakeResource(root=str(tmp_path / "lake"))
     for name, value in {"DAGSTER_HOME": dagster_home, "SHOPDISTILL_HOME": tmp_path / "home",
                         "SHOPDISTILL_FIREHOSE": arena / "firehose", "SHOPDISTILL_LAKE": lake.root}.items():
@@ -216,6 +219,7 @@ def test_a_five_day_backfill_through_the_instance_gives_the_in_order_split(arena
             assert time.monotonic() < deadline, "backfill did not finish"
             list(execute_backfill_iteration(context, logger))
             while any(not r.is_finished for r in instance.get_runs()):
+                assert time.monotonic() < deadline, [r.status for r in instance.get_runs()]
                 time.sleep(0.5)
         status = instance.get_backfill("fivedays").status
         runs = instance.get_runs()
