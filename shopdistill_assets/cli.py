@@ -305,7 +305,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     home = Path(settings.export_roots().home)
     arena = home / "arena"
     start = parse_day(args.start_day)
-    print(f"[1/4] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
+    print(f"[1/5] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
     simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
                          seed=args.seed, problems_per_day=60))
     resources = build_resources(firehose_root=str(arena / "firehose"), lake_root=str(home / "lake"))
@@ -313,7 +313,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("[2/5] corpus path and leak split, one Dagster run per day")
     runs = materialize_days(resources, CORPUS_ASSETS, days)
     print_funnel(runs)
-    print("[3/4] train_corpus and heldout_eval_set snapshots")
+    print("[3/5] train_corpus and heldout_eval_set snapshots")
     snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
                                      ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
     corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
@@ -445,12 +445,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="print the roots every process resolves (SHOPDISTILL_* variables)")
     env.set_defaults(func=cmd_env)
+
+    from shopdistill_assets.cli_train import add_parsers as add_training_parsers
+
+    add_training_parsers(sub)
     return parser
 
 
 def describe_error(exc: BaseException) -> str:
     """One line: the error's own words, with its kind where the words alone are not enough."""
-    if isinstance(exc, (CLIError, DayError)):
+    from shopdistill_assets.cli_train import CliError
+
+    if isinstance(exc, (CLIError, CliError, DayError)):
         text = str(exc)
     elif isinstance(exc, FileNotFoundError) and exc.filename:
         text = f"not found: {exc.filename}"
@@ -462,8 +468,6 @@ def describe_error(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shopdistill_assets.cli_train import CliError
-
     args = build_parser().parse_args(argv)
     if args.verbose:
         from shopdistill_assets import runner

@@ -21,8 +21,11 @@ import os
 from dagster import AssetSpec, Definitions, EnvVar, in_process_executor
 
 from jobs import CONDITIONS, corpus_daily_job, corpus_daily_schedule, firehose_day_sensor
+from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
+from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
+from resources.launcher import TrainingLauncher
 from shopdistill_assets import settings
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
 from shopdistill_assets.day_funnel import FUNNEL_ASSETS
@@ -41,12 +44,13 @@ def _with_automation(spec: AssetSpec) -> AssetSpec:
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     a.map_asset_specs(_with_automation)
-    for a in (raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *EVAL_ASSETS)
+    for a in (raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
+              *EVAL_ASSETS)
 ]
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]
 JOBS = [corpus_daily_job, *TRAINING_JOBS]
 SCHEDULES = [corpus_daily_schedule]
-SENSORS = [firehose_day_sensor]
+SENSORS = [firehose_day_sensor, *TRAINING_SENSORS]
 
 
 def shopdistill_home():
@@ -68,10 +72,15 @@ def build_resources(
     """Resources reading SHOPDISTILL_FIREHOSE / _LAKE / _S3_ENDPOINT_URL. Given roots are written
     into this process's environment first (what the CLI's --firehose/--lake do), so a run here
     and a run launched by the UI with the same variables read the same places."""
-    settings.export_roots(firehose_root, lake_root, endpoint_url)
+    roots = settings.export_roots(firehose_root, lake_root, endpoint_url)
+    # Training resources (checkpoint store, launcher) read their own variables, defaults under HOME.
+    checkpoints_root = os.environ.get("SHOPDISTILL_CHECKPOINTS") or os.path.join(roots.home, "checkpoints")
     return {
         "firehose": FirehoseResource(root=EnvVar(settings.FIREHOSE), endpoint_url=_endpoint()),
         "lake": LakeResource(root=EnvVar(settings.LAKE), endpoint_url=_endpoint()),
+        "checkpoints": CheckpointStoreResource(root=checkpoints_root, endpoint_url=roots.endpoint_url,
+                                               base_model=os.environ.get("SHOPDISTILL_BASE_MODEL") or "tiny-qwen3"),
+        "launcher": TrainingLauncher(deepspeed_config=os.environ.get("SHOPDISTILL_DEEPSPEED") or "zero2"),
     }
 
 
