@@ -19,7 +19,9 @@ import pytest
 
 from jobs.schedules import corpus_daily_schedule
 from jobs.sensors import firehose_day_sensor
+from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
+from resources.launcher import TrainingLauncher
 from resources.lake import LakeResource
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +129,10 @@ def in_order(arena, tmp_path_factory) -> LakeResource:
     from shopdistill_assets.definitions import ASSET_CHECKS, ASSETS
 
     lake = LakeResource(root=str(tmp_path_factory.mktemp("in-order-lake")))
-    resources = {"firehose": FirehoseResource(root=str(arena / "firehose")), "lake": lake}
+    resources = {"firehose": FirehoseResource(root=str(arena / "firehose")), "lake": lake,
+                 # the training assets are in ASSETS too (not run here)
+                 "checkpoints": CheckpointStoreResource(root=str(tmp_path_factory.mktemp("checkpoints"))),
+                 "launcher": TrainingLauncher()}
     instance = dg.DagsterInstance.ephemeral()
     for day in DAYS:
         result = dg.materialize([*ASSETS, *ASSET_CHECKS], partition_key=day, resources=resources, instance=instance,
