@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export SHOPDISTILL_HOME ?= $(CURDIR)/.shopdistill
 
-.PHONY: setup demo test dev validate clean
+.PHONY: setup demo test dev validate clean browser env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25,<26"
 	# torch first, pinned: the CPU wheel on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[train,dev]"
+	$(BIN)/python -m pip install -q -e ".[train,dev,deploy]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -28,9 +28,19 @@ validate: setup
 test: validate
 	$(BIN)/python -m pytest -q
 
+# The UI and the daemon (sensors, schedule, automation, backfills) on the local instance. Roots come
+# from the SHOPDISTILL_* variables exactly as for the CLI (`.venv/bin/shopdistill env` prints them).
 dev: setup
-	mkdir -p $(SHOPDISTILL_HOME)/dagster && cp dagster.yaml $(SHOPDISTILL_HOME)/dagster/dagster.yaml
-	DAGSTER_HOME=$(SHOPDISTILL_HOME)/dagster $(BIN)/dagster dev -w workspace.yaml
+	mkdir -p $(SHOPDISTILL_HOME)/dagster
+	test -f $(SHOPDISTILL_HOME)/dagster/dagster.yaml || cp dagster.yaml $(SHOPDISTILL_HOME)/dagster/dagster.yaml
+	DAGSTER_HOME=$(SHOPDISTILL_HOME)/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+
+env: setup
+	$(BIN)/shopdistill env
+
+# Debian's chromium for the UI test (tests/test_ui.py); Playwright only drives it.
+browser:
+	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 clean:
 	rm -rf $(SHOPDISTILL_HOME) .pytest_cache

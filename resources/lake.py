@@ -219,6 +219,11 @@ class LakeResource(S3Access):
         files = self._with_current(folder, lambda found: _require_parts(found, f"{asset} {version}", folder))
         return files[0].rsplit("/", 1)[0]
 
+    def snapshot_part_uris(self, asset: str, version: str) -> list[str]:
+        """URIs of the snapshot's part files inside its immutable version (as `day_part_uris`)."""
+        folder = self.snapshot_path(asset, version)
+        return self._with_current(folder, lambda files: _require_parts(files, f"{asset} {version}", folder))
+
     def read_snapshot(self, asset: str, version: str) -> pl.DataFrame:
         return self._read_parts(self.snapshot_path(asset, version), f"{asset} {version}")
 

@@ -1,14 +1,31 @@
-"""The `shopdistill` command line."""
+"""The `shopdistill` command line.
+
+One function per command (`cmd_*`), registered in `build_parser`; `main` turns every error into
+one line on stderr (what failed, where, how to fix it) and a non-zero exit. `--verbose` adds the
+traceback and Dagster's own logs. Roots come from `settings` (SHOPDISTILL_* variables); options
+such as `--firehose` and `--lake` set those same variables, so a run started here and one started
+from the UI read the same places.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import socket
 import sys
+import traceback
+import warnings
 from datetime import date
 from pathlib import Path
 
+from shopdistill_assets import settings
+from shopdistill_assets.core.days import DayError, check_days, parse_day
 from shopdistill_assets.sim.arena import DEFAULT_MIX, ArenaConfig
+
+
+class CLIError(Exception):
+    """A user-facing failure: the message is the whole story, no traceback needed."""
 
 
 def _mix(text: str) -> dict[str, float]:
@@ -25,7 +42,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from shopdistill_assets.sim import simulate
 
     cfg = ArenaConfig(
-        out=Path(args.out), start_day=date.fromisoformat(args.start_day), days=args.days,
+        out=Path(args.out), start_day=parse_day(args.start_day), days=args.days,
         traces_per_day=args.traces_per_day, seed=args.seed, mix=args.mix, n_products=args.products,
         corrupt_share=args.corrupt_share, reupload_share=args.reupload_share,
         other_dialect_share=args.other_dialect_share,
@@ -36,56 +53,107 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _arena_dir(args: argparse.Namespace) -> Path:
-    from shopdistill_assets.instance import project_home
+    return Path(args.arena) if getattr(args, "arena", None) else Path(settings.resolve_roots().home) / "arena"
 
-    return Path(args.arena) if getattr(args, "arena", None) else project_home() / "arena"
+
+def _port_free(host: str, port: int) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CLIError(f"port {port} on {host} is already in use: stop what holds it or pick another "
+                               f"with --port") from None
+            raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def _oracle(args: argparse.Namespace):
+    from shopdistill_assets.eval.policies import OraclePolicy
+    from shopdistill_assets.heldout import load_problems
+    from shopdistill_assets.sandbox import load_catalog
+
+    arena = _arena_dir(args)
+    suites = Path(args.suites) if args.suites else arena / "suites"
+    catalog = Path(args.catalog) if args.catalog else arena / "catalog"
+    for what, path, flag in (("suites", suites, "--suites"), ("catalog", catalog, "--catalog")):
+        if not path.exists():
+            raise CLIError(f"the oracle needs the arena's {what}; nothing at {path}: pass {flag} PATH or --arena DIR, "
+                           f"or write an arena first (`shopdistill simulate --out DIR` or `shopdistill demo`)")
+    return OraclePolicy(load_problems(suites), load_catalog(catalog))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from shopdistill_assets.eval.server import serve_forever
-    from shopdistill_assets.heldout import load_problems
-    from shopdistill_assets.sandbox import load_catalog
 
-    if args.policy in ("oracle", "random"):
-        from shopdistill_assets.eval.policies import OraclePolicy, RandomPolicy
+    if args.policy and args.checkpoint:
+        raise CLIError("give a CHECKPOINT folder or --policy, not both")
+    if args.policy == "oracle":
+        policy, name = _oracle(args), args.model_name or "oracle"
+    elif args.policy == "random":
+        from shopdistill_assets.eval.policies import RandomPolicy
 
-        if args.policy == "oracle":
-            arena = _arena_dir(args)
-            problems = load_problems(Path(args.suites) if args.suites else arena / "suites")
-            policy = OraclePolicy(problems, load_catalog(Path(args.catalog) if args.catalog else arena / "catalog"))
-        else:
-            policy = RandomPolicy(seed=args.seed)
-        name = args.model_name or args.policy
+        policy, name = RandomPolicy(seed=args.seed), args.model_name or "random"
     elif args.checkpoint:
+        checkpoint = Path(args.checkpoint)
+        if not (checkpoint / "config.json").is_file():
+            raise CLIError(f"no checkpoint at {checkpoint}: expected a transformers folder with config.json "
+                           f"(e.g. HOME/checkpoints/<stage>/<version>)")
         from shopdistill_assets.eval.hf_policy import HFPolicy
 
-        policy = HFPolicy(args.checkpoint, max_new_tokens=args.max_new_tokens)
-        name = args.model_name or Path(args.checkpoint).name
+        policy, name = HFPolicy(str(checkpoint), max_new_tokens=args.max_new_tokens), args.model_name or checkpoint.name
     else:
-        raise SystemExit("serve: give a CHECKPOINT path or --policy oracle|random")
+        raise CLIError("give a CHECKPOINT folder or --policy oracle|random")
+    _port_free(args.host, args.port)
+    print(f"serving {name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     serve_forever(policy, host=args.host, port=args.port, model_name=name)
     return 0
 
 
+def _heldout_problems(args: argparse.Namespace):
+    from shopdistill_assets.heldout import HELDOUT_ASSET, load_problems, newest_heldout_version, rows_to_problems
+    from shopdistill_assets.lake_sql import lake_resource
+
+    if args.heldout:
+        path = Path(args.heldout)
+        if not path.exists():
+            raise CLIError(f"no held-out set at {path}: pass a heldout_eval_set snapshot folder or suite file(s)")
+        return load_problems(path)
+    lake = lake_resource()
+    newest = newest_heldout_version(lake.list_snapshots(HELDOUT_ASSET),
+                                    lambda v: lake.read_manifest(HELDOUT_ASSET, v).get("as_of_day", ""))
+    if newest is None:
+        raise CLIError(f"no {HELDOUT_ASSET} snapshot in the lake {lake.root}: run `shopdistill snapshot` "
+                       f"(after `shopdistill corpus --day ...`), or pass --heldout PATH")
+    return rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, newest).to_dicts())
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
-    from shopdistill_assets.heldout import default_heldout_path, load_problems
     from shopdistill_assets.sandbox import load_catalog
 
-    heldout = Path(args.heldout) if args.heldout else default_heldout_path()
-    problems = load_problems(heldout)
+    problems = _heldout_problems(args)
     if args.limit:
         problems = problems[: args.limit]
-    catalog = load_catalog(Path(args.catalog) if args.catalog else _arena_dir(args) / "catalog")
+    catalog = Path(args.catalog) if args.catalog else _arena_dir(args) / "catalog"
+    if not catalog.exists():
+        raise CLIError(f"no catalog at {catalog}: pass --catalog PATH or --arena DIR")
     cfg = RolloutConfig(samples=args.samples, max_steps=args.max_steps, concurrency=args.concurrency,
                         request_timeout_s=args.timeout)
-    result = evaluate(args.endpoint, args.model, problems, catalog, cfg)
-    print(json.dumps(result.summary(), indent=1, default=str))
+    result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
+    summary = result.summary()
+    print(json.dumps(summary, indent=1, default=str))
+    errors = summary.get("errors", {})
+    failed = errors.get("endpoint_error_episodes", 0)
+    if result.episodes and failed == len(result.episodes):
+        first = (errors.get("endpoint_errors") or ["no answer"])[0]
+        raise CLIError(f"every one of {failed} episodes failed at the endpoint {args.endpoint} ({first}); "
+                       f"is the server up and the model name right? (`shopdistill serve ...`)")
     return 0
 
 
 CORPUS_ASSETS = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
                  "rejected_traces", "leak_clusters", "split_traces"]
+SNAPSHOT_ASSETS = ["train_corpus", "heldout_eval_set"]
 
 
 def print_funnel(runs) -> None:
@@ -105,14 +173,28 @@ def print_funnel(runs) -> None:
             print(f"{'':<11} FAILED: {run.error}")
 
 
+def _days(args: argparse.Namespace) -> list[str]:
+    """Every --day checked before any work, all problems reported at once."""
+    problems, days = [], []
+    for text in args.day:
+        try:
+            days += check_days([text], settings.start_date())
+        except DayError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise CLIError("; ".join(problems))
+    return sorted(set(days))
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
+    days = _days(args)
     from shopdistill_assets.definitions import build_resources
     from shopdistill_assets.runner import materialize_days
 
     resources = build_resources(firehose_root=args.firehose, lake_root=args.lake, endpoint_url=args.endpoint_url)
     ops = {"leak_clusters": {"decontaminate": [str(Path(p).resolve()) for p in args.decontaminate]}} \
         if args.decontaminate else None
-    runs = materialize_days(resources, CORPUS_ASSETS, sorted(set(args.day)), ops=ops)
+    runs = materialize_days(resources, CORPUS_ASSETS, days, ops=ops)
     print_funnel(runs)
     for run in runs:
         leak = run.metadata.get("leak_clusters", {})
@@ -120,7 +202,94 @@ def cmd_corpus(args: argparse.Namespace) -> int:
             print(f"{run.day:<11} leak: {leak.get('dagster/row_count')} problems in {leak.get('clusters')} clusters "
                   f"(train {leak.get('side/train', 0)}, heldout {leak.get('side/heldout', 0)}, "
                   f"excluded {leak.get('side/excluded', 0)}; largest {leak.get('largest_cluster')})")
-    return 0 if all(r.success for r in runs) else 1
+    failed = [r.day for r in runs if not r.success]
+    if failed:
+        raise CLIError(f"{len(failed)} of {len(runs)} days failed: {', '.join(failed)} (FAILED lines above; "
+                       f"--verbose for tracebacks; runbook: docs/operations.md)")
+    if args.snapshot:
+        return _snapshot(args)
+    return 0
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from shopdistill_assets.definitions import build_resources
+    from shopdistill_assets.lake_sql import lake_resource
+    from shopdistill_assets.runner import materialize_unpartitioned
+
+    resources = build_resources(lake_root=args.lake, endpoint_url=args.endpoint_url)
+    lake = lake_resource()
+    if not lake.list_days("split_traces"):
+        raise CLIError(f"no split_traces day in the lake {lake.root}: run `shopdistill corpus --day YYYY-MM-DD` first")
+    train = {"window_days": args.window_days, **({"end_day": args.end_day} if args.end_day else {})}
+    heldout = {"suites": [str(Path(p).resolve()) for p in args.suites]} if args.suites else {}
+    run = materialize_unpartitioned(resources, SNAPSHOT_ASSETS, ops={"train_corpus": train, "heldout_eval_set": heldout})
+    for name in SNAPSHOT_ASSETS:
+        m = run.metadata.get(name)
+        if m:
+            print(f"{name:<17} {m.get('version')}  {m.get('dagster/row_count')} rows  {m.get('path')}")
+    if not run.success:
+        raise CLIError(f"snapshot failed: {run.error}")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    if args.end_day:
+        check_days([args.end_day], settings.start_date())
+    return _snapshot(args)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from shopdistill_assets.lake_sql import connect, lake_resource
+
+    settings.export_roots(lake=args.lake, endpoint_url=args.endpoint_url)
+    con, tables = connect(lake_resource())
+    if args.tables or not args.query:
+        for name, parts in tables.items():
+            print(f"{name}\t{parts} part files")
+        return 0
+    try:
+        relation = con.sql(args.query)
+    except duckdb.Error as exc:
+        raise CLIError(f"query failed: {' '.join(str(exc).split())} (tables: {', '.join(tables) or 'none'})") from None
+    if relation is None:
+        return 0
+    if args.format == "csv":
+        relation.pl().write_csv(sys.stdout)
+    elif args.format == "json":
+        print(json.dumps(relation.pl().to_dicts(), default=str))
+    else:
+        relation.show(max_rows=args.max_rows, max_width=10_000)
+    return 0
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    from shopdistill_assets.policies_registry import PolicySpec, register, registered
+
+    if args.action == "list":
+        for spec in registered():
+            print(json.dumps(spec.__dict__, sort_keys=True))
+        return 0
+    try:
+        spec = PolicySpec(name=args.name, endpoint=args.endpoint, model=args.model, checkpoint=args.checkpoint,
+                          scripted=args.scripted)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    path = register(spec)
+    from shopdistill_assets.evaluation import policy_partitions
+    from shopdistill_assets.instance import project_instance
+
+    instance = project_instance()
+    if spec.name not in instance.get_dynamic_partitions(policy_partitions.name):
+        instance.add_dynamic_partitions(policy_partitions.name, [spec.name])
+    print(f"policy {spec.name} registered at {path}; materialize policy_eval[{spec.name}] in the UI to evaluate it")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    print(settings.describe(settings.resolve_roots()))
+    return 0
 
 
 DEMO_DAYS = 3
@@ -129,14 +298,13 @@ DEMO_DAYS = 3
 def cmd_demo(args: argparse.Namespace) -> int:
     """Simulate an arena, run the corpus path and the split through Dagster, evaluate two baselines."""
     from shopdistill_assets.definitions import build_resources
-    from shopdistill_assets.instance import project_home
     from shopdistill_assets.policies_registry import PolicySpec, register
     from shopdistill_assets.runner import materialize_days, materialize_policies, materialize_unpartitioned
     from shopdistill_assets.sim import simulate
 
-    home = project_home()
+    home = Path(settings.export_roots().home)
     arena = home / "arena"
-    start = date.fromisoformat(args.start_day)
+    start = parse_day(args.start_day)
     print(f"[1/5] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
     simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
                          seed=args.seed, problems_per_day=60))
@@ -146,7 +314,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     runs = materialize_days(resources, CORPUS_ASSETS, days)
     print_funnel(runs)
     print("[3/5] train_corpus and heldout_eval_set snapshots")
-    snap = materialize_unpartitioned(resources, ["train_corpus", "heldout_eval_set"],
+    snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
                                      ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
     corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
     print(f"      train_corpus {corpus.get('version')}: {corpus.get('dagster/row_count')} traces over "
@@ -175,8 +343,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _roots(p: argparse.ArgumentParser, firehose: bool = True) -> None:
+    if firehose:
+        p.add_argument("--firehose", help="firehose root: folder or s3://bucket/prefix (sets SHOPDISTILL_FIREHOSE)")
+    p.add_argument("--lake", help="lake root: folder or s3://bucket/prefix (sets SHOPDISTILL_LAKE)")
+    p.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// roots (sets SHOPDISTILL_S3_ENDPOINT_URL)")
+
+
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--end-day", help="last day of the train window (default: the latest split day)")
+    p.add_argument("--window-days", type=int, default=30, help="days in the train window")
+    p.add_argument("--suites", action="append", default=[], metavar="PATH",
+                   help="suite files or folders with ground truth (default SHOPDISTILL_SUITES or HOME/arena/suites)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shopdistill", description=__doc__)
+    parser = argparse.ArgumentParser(prog="shopdistill", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks and Dagster's logs on errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="write a simulated SN15 arena (catalog, suites, firehose days)")
@@ -201,15 +384,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--skip-training", action="store_true", help="stop after the baselines' evaluation")
     demo.set_defaults(func=cmd_demo)
 
-    cor = sub.add_parser("corpus", help="run the corpus assets for days through Dagster and print the funnel")
-    cor.add_argument("--firehose", help="firehose root: folder or s3://bucket/prefix (default HOME/arena/firehose)")
-    cor.add_argument("--lake", help="lake root: folder or s3://bucket/prefix (default HOME/lake)")
+    cor = sub.add_parser("corpus", help="run the corpus and split assets for days through Dagster; print the funnel")
+    _roots(cor)
     cor.add_argument("--day", action="append", required=True, help="YYYY-MM-DD; repeat for several days")
-    cor.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// roots")
     cor.add_argument("--decontaminate", action="append", default=[], metavar="PATH",
                      help="public test set (ShoppingBench synthesize_*_test.jsonl, suite files, or a folder); "
                           "matching problems become side=excluded. Repeatable")
+    cor.add_argument("--snapshot", action="store_true", help="then build train_corpus and heldout_eval_set")
+    _snapshot_options(cor)
     cor.set_defaults(func=cmd_corpus)
+
+    snap = sub.add_parser("snapshot", help="build the train_corpus and heldout_eval_set snapshots from the lake")
+    _roots(snap, firehose=False)
+    _snapshot_options(snap)
+    snap.set_defaults(func=cmd_snapshot)
+
+    sql = sub.add_parser("sql", help="query the lake with DuckDB: one view per lake table")
+    _roots(sql, firehose=False)
+    sql.add_argument("query", nargs="?", help="SQL; without it, the tables are listed")
+    sql.add_argument("--tables", action="store_true", help="list the views and their part files")
+    sql.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    sql.add_argument("--max-rows", type=int, default=100, help="rows shown in table format")
+    sql.set_defaults(func=cmd_sql)
 
     srv = sub.add_parser("serve", help="serve an OpenAI-compatible chat endpoint with tool calling")
     srv.add_argument("checkpoint", nargs="?", help="a transformers checkpoint folder")
@@ -228,7 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--endpoint", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     ev.add_argument("--model", required=True)
     ev.add_argument("--samples", type=int, default=8)
-    ev.add_argument("--heldout", help="held-out set: a heldout_eval_set snapshot folder, or suite files (default: the latest snapshot in the project home)")
+    ev.add_argument("--heldout", help="held-out set: a heldout_eval_set snapshot folder, or suite files "
+                                      "(default: the newest snapshot in the lake)")
     ev.add_argument("--arena", help="simulated arena folder (default HOME/arena), for the catalog")
     ev.add_argument("--catalog", help="catalog folder or documents.jsonl.gz")
     ev.add_argument("--limit", type=int, help="evaluate only the first N problems")
@@ -237,20 +434,56 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     ev.set_defaults(func=cmd_eval)
 
+    pol = sub.add_parser("policy", help="register a policy for policy_eval (adds its Dagster partition)")
+    pol.add_argument("action", choices=["add", "list"])
+    pol.add_argument("name", nargs="?", help="letters, digits, _ . -")
+    pol.add_argument("--endpoint", help="OpenAI-compatible base URL (with --model)")
+    pol.add_argument("--model", help="model name at the endpoint")
+    pol.add_argument("--checkpoint", help="a transformers checkpoint folder, served in-process")
+    pol.add_argument("--scripted", choices=["oracle", "random"])
+    pol.set_defaults(func=cmd_policy)
+
+    env = sub.add_parser("env", help="print the roots every process resolves (SHOPDISTILL_* variables)")
+    env.set_defaults(func=cmd_env)
+
     from shopdistill_assets.cli_train import add_parsers as add_training_parsers
 
     add_training_parsers(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def describe_error(exc: BaseException) -> str:
+    """One line: the error's own words, with its kind where the words alone are not enough."""
     from shopdistill_assets.cli_train import CliError
 
+    if isinstance(exc, (CLIError, CliError, DayError)):
+        text = str(exc)
+    elif isinstance(exc, FileNotFoundError) and exc.filename:
+        text = f"not found: {exc.filename}"
+    elif type(exc).__module__.startswith("botocore"):
+        text = f"S3: {exc}"
+    else:
+        text = f"{type(exc).__name__}: {exc} (run with --verbose for the traceback)"
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        from shopdistill_assets import runner
+
+        runner.LOG_LEVEL = "INFO"
+    else:
+        warnings.simplefilter("ignore")  # Dagster's beta/preview notices are not the user's problem
     try:
         return args.func(args)
-    except CliError as exc:
-        print(f"shopdistill: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"shopdistill {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"shopdistill {args.command}: error: {describe_error(exc)}", file=sys.stderr)
         return 1
 
 

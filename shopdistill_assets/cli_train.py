@@ -105,9 +105,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _store():
+    """The checkpoint store and the lake the SHOPDISTILL_* variables name (outside a run)."""
     from shopdistill_assets.definitions import build_resources
+    from shopdistill_assets.lake_sql import lake_resource
 
-    return build_resources()["checkpoints"].store(), build_resources()["lake"]
+    return build_resources()["checkpoints"].store(), lake_resource()
 
 
 def lineage_of(ident: str) -> dict[str, Any]:

@@ -1,52 +1,67 @@
-"""The code location: every asset, check, job and schedule, with resources from the environment.
+"""The code location: every asset, check, job, schedule and sensor, with resources from the
+environment.
 
-Environment (all optional):
-  SHOPDISTILL_HOME             project home, default `.shopdistill` relative to the working
-                               directory (workspace.yaml pins that to the repo root)
+Resources read `EnvVar`s (shown as such in the UI); `settings.export_roots()` fills in the
+defaults below at load, so every process that loads this module (the CLI, `dagster dev`, the
+daemon's sensors, run workers of schedules and backfills) resolves the same roots:
+
+  SHOPDISTILL_HOME             project home, default `.shopdistill` in the working directory
   SHOPDISTILL_FIREHOSE         firehose root (folder or s3://bucket/prefix),
                                default `$SHOPDISTILL_HOME/arena/firehose` (the simulator's)
   SHOPDISTILL_LAKE             lake root (folder or s3://…), default `$SHOPDISTILL_HOME/lake`
   SHOPDISTILL_S3_ENDPOINT_URL  S3-compatible endpoint for both, e.g. a MinIO or moto server
+  SHOPDISTILL_START_DATE       first daily partition, default 2026-11-01
 AWS credentials and region come from boto3's usual chain (AWS_* variables, profile, role).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from dagster import Definitions
+from dagster import AssetSpec, Definitions, EnvVar, in_process_executor
 
-from jobs.schedules import corpus_daily_job, corpus_daily_schedule
+from jobs import CONDITIONS, corpus_daily_job, corpus_daily_schedule, firehose_day_sensor
 from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
 from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.launcher import TrainingLauncher
+from shopdistill_assets import settings
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.day_funnel import FUNNEL_ASSETS
 from shopdistill_assets.evaluation import EVAL_ASSETS, EVAL_CHECKS
 from shopdistill_assets.ingest import raw_firehose
 from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
 from shopdistill_assets.training import TRAINING_ASSETS
 from shopdistill_assets.training_data import TRAINING_DATA_ASSETS, TRAINING_DATA_CHECKS
 
+
+def _with_automation(spec: AssetSpec) -> AssetSpec:
+    condition = CONDITIONS.get(spec.key.to_user_string())
+    return spec.replace_attributes(automation_condition=condition()) if condition else spec
+
+
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
-    raw_firehose,
-    *CORPUS_ASSETS,
-    *SPLIT_ASSETS,
-    *TRAINING_DATA_ASSETS,
-    *TRAINING_ASSETS,
-    *EVAL_ASSETS,
+    a.map_asset_specs(_with_automation)
+    for a in (raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
+              *EVAL_ASSETS)
 ]
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]
 JOBS = [corpus_daily_job, *TRAINING_JOBS]
 SCHEDULES = [corpus_daily_schedule]
-SENSORS = [*TRAINING_SENSORS]
+SENSORS = [firehose_day_sensor, *TRAINING_SENSORS]
 
 
-def shopdistill_home() -> Path:
-    return Path(os.environ.get("SHOPDISTILL_HOME") or ".shopdistill")
+def shopdistill_home():
+    from pathlib import Path
+
+    return Path(settings.resolve_roots().home)
+
+
+def _endpoint():
+    # An unset endpoint means AWS itself: an EnvVar of an unset variable would fail to resolve.
+    return EnvVar(settings.S3_ENDPOINT_URL) if os.environ.get(settings.S3_ENDPOINT_URL) else None
 
 
 def build_resources(
@@ -54,18 +69,16 @@ def build_resources(
     lake_root: str | None = None,
     endpoint_url: str | None = None,
 ) -> dict:
-    """Resources over the given roots; arguments left None come from the environment."""
-    home = shopdistill_home()
-    firehose_root = (
-        firehose_root or os.environ.get("SHOPDISTILL_FIREHOSE") or str(home / "arena" / "firehose")
-    )
-    lake_root = lake_root or os.environ.get("SHOPDISTILL_LAKE") or str(home / "lake")
-    endpoint_url = endpoint_url or os.environ.get("SHOPDISTILL_S3_ENDPOINT_URL") or None
-    checkpoints_root = os.environ.get("SHOPDISTILL_CHECKPOINTS") or str(home / "checkpoints")
+    """Resources reading SHOPDISTILL_FIREHOSE / _LAKE / _S3_ENDPOINT_URL. Given roots are written
+    into this process's environment first (what the CLI's --firehose/--lake do), so a run here
+    and a run launched by the UI with the same variables read the same places."""
+    roots = settings.export_roots(firehose_root, lake_root, endpoint_url)
+    # Training resources (checkpoint store, launcher) read their own variables, defaults under HOME.
+    checkpoints_root = os.environ.get("SHOPDISTILL_CHECKPOINTS") or os.path.join(roots.home, "checkpoints")
     return {
-        "firehose": FirehoseResource(root=firehose_root, endpoint_url=endpoint_url),
-        "lake": LakeResource(root=lake_root, endpoint_url=endpoint_url),
-        "checkpoints": CheckpointStoreResource(root=checkpoints_root, endpoint_url=endpoint_url,
+        "firehose": FirehoseResource(root=EnvVar(settings.FIREHOSE), endpoint_url=_endpoint()),
+        "lake": LakeResource(root=EnvVar(settings.LAKE), endpoint_url=_endpoint()),
+        "checkpoints": CheckpointStoreResource(root=checkpoints_root, endpoint_url=roots.endpoint_url,
                                                base_model=os.environ.get("SHOPDISTILL_BASE_MODEL") or "tiny-qwen3"),
         "launcher": TrainingLauncher(deepspeed_config=os.environ.get("SHOPDISTILL_DEEPSPEED") or "zero2"),
     }
@@ -84,6 +97,9 @@ def build_definitions(
         jobs=JOBS,
         schedules=SCHEDULES,
         sensors=SENSORS,
+        # One process per run: the heavy stages fan out to their own process pool, so a
+        # subprocess per step would only add an interpreter start (seconds) to every step.
+        executor=in_process_executor,
     )
 
 

@@ -58,6 +58,7 @@ def inventory_markdown(inventory: Sequence[dict]) -> str:
 
 @asset(
     partitions_def=daily_partitions,
+    code_version="1",
     group_name="ingest",
     kinds={"python", "parquet"},
     description="Inventory (name, URI, size, sha256) of one firehose day; data version = "

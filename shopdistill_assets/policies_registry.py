@@ -51,5 +51,9 @@ def register(spec: PolicySpec, home: Path | None = None) -> Path:
 def lookup(name: str, home: Path | None = None) -> PolicySpec:
     path = registry_dir(home) / f"{name}.json"
     if not _NAME.match(name) or not path.exists():
-        raise KeyError(f"no policy {name!r} registered under {registry_dir(home)} (see `shopdistill policy add`)")
+        raise KeyError(f"no policy {name!r} registered under {registry_dir(home)} (add it: `shopdistill policy add {name} --endpoint URL --model M | --checkpoint PATH | --scripted oracle|random`)")
     return PolicySpec(**json.loads(path.read_text()))
+
+
+def registered(home: Path | None = None) -> list[PolicySpec]:
+    return [PolicySpec(**json.loads(p.read_text())) for p in sorted(registry_dir(home).glob("*.json"))]

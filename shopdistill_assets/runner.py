@@ -23,6 +23,20 @@ def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def failure_line(event) -> str:
+    """One line for a failed step: the asset and the innermost cause, not the stack."""
+    data = event.step_failure_data
+    user = getattr(data, "user_failure_data", None)
+    if user is not None and user.description:
+        text = user.description
+    else:
+        error = data.error
+        while error is not None and error.cause is not None:
+            error = error.cause
+        text = f"{error.cls_name}: {error.message}" if error is not None else "step failed"
+    return f"{event.step_key}: " + " ".join(str(text).split())
+
+
 def _collect(result, run: DayRun) -> DayRun:
     for event in result.get_asset_materialization_events():
         mat = event.step_materialization_data.materialization
@@ -31,7 +45,7 @@ def _collect(result, run: DayRun) -> DayRun:
         run.checks[event.check_name] = event.passed
     if not result.success:
         failures = [e for e in result.all_events if e.is_step_failure]
-        run.error = "; ".join(str(e.step_failure_data.error.message).strip() for e in failures)[:2000] or "run failed"
+        run.error = "; ".join(failure_line(e) for e in failures)[:2000] or "run failed"
     return run
 
 
@@ -43,39 +57,56 @@ def _selected(asset_names: list[str]):
     return [*assets, *checks]
 
 
-def _run_config(log_level: str, ops: dict[str, Any] | None) -> dict[str, Any]:
-    config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+# Failures come back as one line each (DayRun.error); the console logger's stack traces only
+# with `shopdistill --verbose`, which sets this to INFO.
+LOG_LEVEL = "CRITICAL"
+
+
+def _run_config(log_level: str | None, ops: dict[str, Any] | None) -> dict[str, Any]:
+    config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level or LOG_LEVEL}}}}
     if ops:
         config["ops"] = {name: {"config": cfg} for name, cfg in ops.items()}
     return config
 
 
 def materialize_unpartitioned(resources: dict[str, Any], asset_names: list[str], ops: dict[str, Any] | None = None,
-                              raise_on_error: bool = False, log_level: str = "WARNING") -> DayRun:
+                              raise_on_error: bool = False, log_level: str | None = None) -> DayRun:
     """Snapshots (train_corpus, heldout_eval_set, stages): one run, no partition."""
-    result = materialize(_selected(asset_names), instance=project_instance(), resources=resources,
-                         raise_on_error=raise_on_error, run_config=_run_config(log_level, ops),
-                         selection=[AssetKey.from_user_string(n) for n in asset_names])
+    try:
+        result = materialize(_selected(asset_names), instance=project_instance(), resources=resources,
+                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops),
+                             selection=[AssetKey.from_user_string(n) for n in asset_names])
+    except Exception as exc:
+        if raise_on_error:
+            raise
+        return DayRun("-", False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split()))
     return _collect(result, DayRun("-", result.success))
 
 
 def materialize_days(resources: dict[str, Any], asset_names: list[str], days: list[str], ops: dict[str, Any] | None = None,
-                     raise_on_error: bool = False, log_level: str = "WARNING") -> list[DayRun]:
+                     raise_on_error: bool = False, log_level: str | None = None) -> list[DayRun]:
     """Each day in order (the leak state of day D builds on day D-1), one run per day, with the
     blocking checks of those assets."""
     instance = project_instance()
     selected = _selected(asset_names)
     runs = []
     for day in days:
-        result = materialize(selected, partition_key=day, instance=instance, resources=resources,
-                             raise_on_error=raise_on_error, selection=[AssetKey.from_user_string(n) for n in asset_names],
-                             run_config=_run_config(log_level, ops))
+        try:
+            result = materialize(selected, partition_key=day, instance=instance, resources=resources,
+                                 raise_on_error=raise_on_error,
+                                 selection=[AssetKey.from_user_string(n) for n in asset_names],
+                                 run_config=_run_config(log_level, ops))
+        except Exception as exc:  # a day that cannot even start (bad config, unknown partition)
+            if raise_on_error:
+                raise
+            runs.append(DayRun(day, False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split())))
+            continue
         runs.append(_collect(result, DayRun(day, result.success)))
     return runs
 
 
 def materialize_policies(resources: dict[str, Any], policies: list[str], ops: dict[str, Any] | None = None,
-                         raise_on_error: bool = False, log_level: str = "WARNING") -> list[DayRun]:
+                         raise_on_error: bool = False, log_level: str | None = None) -> list[DayRun]:
     """`policy_eval` for each policy (a dynamic partition, added if new)."""
     from shopdistill_assets.evaluation import policy_partitions
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,19 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _restore_roots():
+    """Loading the definitions or running a CLI command in-process writes the SHOPDISTILL_*
+    roots into the environment (that is how every process agrees on them); put them back after
+    each test so no test inherits another's roots."""
+    names = lambda: {k for k in os.environ if k.startswith("SHOPDISTILL_") or k == "DAGSTER_HOME"}
+    before = {k: os.environ[k] for k in names()}
+    yield
+    for k in names() - set(before):
+        del os.environ[k]
+    os.environ.update(before)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,18 @@ def test_definitions_load_and_validate():
         assert defs.resolve_job_def(f"train_{stage}") is not None
 
 
+def test_sensor_schedule_and_automation_are_declared():
+    from shopdistill_assets.definitions import defs
+
+    sensor = defs.resolve_sensor_def("firehose_day_sensor")
+    assert sensor.job_name == "corpus_daily"
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_schedule_def("corpus_daily_schedule").default_status == dg.DefaultScheduleStatus.STOPPED
+    graph = defs.get_repository_def().asset_graph
+    for key in ("leak_clusters", "split_traces", "train_corpus", "heldout_eval_set", "corpus_funnel"):
+        assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
+
+
 def test_corpus_daily_job_and_schedule():
     from shopdistill_assets.definitions import defs
     from shopdistill_assets.partitions import daily_partitions
@@ -50,7 +62,7 @@ def test_daily_partitions_start_and_timezone():
     assert daily_partitions.timezone == "UTC"
 
 
-def test_build_definitions_takes_roots_from_arguments_then_environment(monkeypatch, tmp_path):
+def test_resources_read_the_shopdistill_variables(monkeypatch, tmp_path):
     from shopdistill_assets.definitions import build_definitions
 
     monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path))
@@ -58,14 +70,21 @@ def test_build_definitions_takes_roots_from_arguments_then_environment(monkeypat
     monkeypatch.setenv("SHOPDISTILL_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
     monkeypatch.delenv("SHOPDISTILL_FIREHOSE", raising=False)
 
-    from_env = build_definitions().resources
-    assert from_env["firehose"].root == str(tmp_path / "arena" / "firehose")
-    assert from_env["lake"].root == "s3://lake/prod"
-    assert from_env["lake"].endpoint_url == "http://127.0.0.1:9000"
+    resources = build_definitions().resources
+    # EnvVars, as the UI shows them; the unset firehose got its default written into the environment.
+    assert resources["lake"].root == dg.EnvVar("SHOPDISTILL_LAKE")
+    assert resources["firehose"].root == dg.EnvVar("SHOPDISTILL_FIREHOSE")
+    assert resources["lake"].endpoint_url == dg.EnvVar("SHOPDISTILL_S3_ENDPOINT_URL")
+    assert os.environ["SHOPDISTILL_FIREHOSE"] == str(tmp_path / "arena" / "firehose")
+    assert os.environ["SHOPDISTILL_LAKE"] == "s3://lake/prod"
 
-    given = build_definitions(firehose_root="s3://arena/firehose", lake_root=str(tmp_path))
-    assert given.resources["firehose"].root == "s3://arena/firehose"
-    assert given.resources["lake"].root == str(tmp_path)
+    given = build_definitions(firehose_root="s3://arena/firehose", lake_root=str(tmp_path / "lake"))
+    assert given.resources["firehose"].root == dg.EnvVar("SHOPDISTILL_FIREHOSE")
+    assert os.environ["SHOPDISTILL_FIREHOSE"] == "s3://arena/firehose"
+    assert os.environ["SHOPDISTILL_LAKE"] == str(tmp_path / "lake")
+
+    monkeypatch.delenv("SHOPDISTILL_S3_ENDPOINT_URL")
+    assert build_definitions().resources["lake"].endpoint_url is None  # unset: AWS itself
 
 
 def test_local_instance_lives_under_dagster_home(monkeypatch, tmp_path):

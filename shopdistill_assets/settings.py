@@ -1,0 +1,92 @@
+"""Where things are: the one place that turns environment variables into roots.
+
+Every process of a deployment (the CLI, `dagster dev`'s code server, run workers launched by the
+schedule, the sensors or a backfill) reads these variables the same way, so a day the CLI wrote
+is the day the UI reads. No Dagster imports here: the CLI checks its arguments without loading
+Dagster.
+
+| variable | default |
+|---|---|
+| SHOPDISTILL_HOME            | `.shopdistill` in the working directory, made absolute |
+| SHOPDISTILL_FIREHOSE        | `$SHOPDISTILL_HOME/arena/firehose` (the simulator's) |
+| SHOPDISTILL_LAKE            | `$SHOPDISTILL_HOME/lake` |
+| SHOPDISTILL_S3_ENDPOINT_URL | unset: AWS S3 (set it for MinIO, moto, ...) |
+| SHOPDISTILL_START_DATE      | `2026-11-01`, the first daily partition |
+| SHOPDISTILL_SUITES          | `$SHOPDISTILL_HOME/arena/suites` (ground truth for heldout_eval_set) |
+| SHOPDISTILL_DECONTAMINATE   | unset: public test sets (paths joined by `:`) excluded from training |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HOME = "SHOPDISTILL_HOME"
+FIREHOSE = "SHOPDISTILL_FIREHOSE"
+LAKE = "SHOPDISTILL_LAKE"
+S3_ENDPOINT_URL = "SHOPDISTILL_S3_ENDPOINT_URL"
+START_DATE = "SHOPDISTILL_START_DATE"
+SUITES = "SHOPDISTILL_SUITES"
+DECONTAMINATE = "SHOPDISTILL_DECONTAMINATE"
+
+DEFAULT_START_DATE = "2026-11-01"
+
+
+@dataclass(frozen=True)
+class Roots:
+    home: str
+    firehose: str
+    lake: str
+    endpoint_url: str | None
+
+
+def _home(environ) -> str:
+    return str(Path(environ.get(HOME) or ".shopdistill").resolve())
+
+
+def resolve_roots(environ=None) -> Roots:
+    """The roots the variables name (defaults filled in), without changing anything."""
+    environ = os.environ if environ is None else environ
+    home = _home(environ)
+    return Roots(
+        home=home,
+        firehose=environ.get(FIREHOSE) or str(Path(home) / "arena" / "firehose"),
+        lake=environ.get(LAKE) or str(Path(home) / "lake"),
+        endpoint_url=environ.get(S3_ENDPOINT_URL) or None,
+    )
+
+
+def export_roots(firehose: str | None = None, lake: str | None = None,
+                 endpoint_url: str | None = None) -> Roots:
+    """Write the roots into this process's environment (given values win, then the variables
+    already set, then the defaults), so resources built on `EnvVar`, and any process started
+    from here, read exactly these. Local roots are made absolute: a run worker may start
+    elsewhere."""
+    given = {FIREHOSE: firehose, LAKE: lake, S3_ENDPOINT_URL: endpoint_url}
+    for name, value in given.items():
+        if value:
+            os.environ[name] = value
+    os.environ[HOME] = _home(os.environ)
+    roots = resolve_roots()
+    os.environ[FIREHOSE] = _absolute(roots.firehose)
+    os.environ[LAKE] = _absolute(roots.lake)
+    return resolve_roots()
+
+
+def _absolute(root: str) -> str:
+    return root if root.startswith("s3://") else str(Path(root).resolve())
+
+
+def start_date(environ=None) -> str:
+    environ = os.environ if environ is None else environ
+    return environ.get(START_DATE) or DEFAULT_START_DATE
+
+
+def describe(roots: Roots) -> str:
+    """`export` lines a shell (or an .env file) can take back."""
+    lines = [f"export {HOME}={roots.home}", f"export {FIREHOSE}={roots.firehose}", f"export {LAKE}={roots.lake}"]
+    if roots.endpoint_url:
+        lines.append(f"export {S3_ENDPOINT_URL}={roots.endpoint_url}")
+    lines.append(f"export {START_DATE}={start_date()}")
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""deploy/ is checked where a checker runs here (no docker, no helm): the compose file and the
+Helm values parse and match a schema of what they must say, the images install this project,
+and both production instance files load with dummy environment values."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+REPO = DEPLOY.parent
+
+_ENV_REF = re.compile(r"(?<!\$)\$\{([A-Z0-9_]+)\}")
+SERVICE = {"type": "object", "properties": {
+    "image": {"type": "string"}, "build": {"type": "object", "required": ["context", "dockerfile"]},
+    "command": {"type": "array", "items": {"type": "string"}},
+    "environment": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+    "depends_on": {"type": "object", "additionalProperties": {
+        "type": "object", "properties": {"condition": {
+            "enum": ["service_started", "service_healthy", "service_completed_successfully"]}}}},
+    "ports": {"type": "array", "items": {"type": "string", "pattern": r"^127\.0\.0\.1:\d+:\d+$"}},
+    "volumes": {"type": "array", "items": {"type": "string"}}},
+    "anyOf": [{"required": ["image"]}, {"required": ["build"]}]}
+COMPOSE = {"type": "object", "required": ["services"], "properties": {
+    "services": {"type": "object", "required": ["postgres", "minio", "code", "webserver", "daemon"],
+                 "additionalProperties": SERVICE},
+    "volumes": {"type": "object"}}}
+K8S_ENV_SOURCES = {"type": "array", "items": {"type": "object", "required": ["name"]}}
+HELM = {"type": "object", "required": ["dagster-user-deployments", "runLauncher", "postgresql", "dagsterDaemon"],
+        "properties": {
+            "dagster-user-deployments": {"type": "object", "required": ["deployments"], "properties": {
+                "deployments": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["name", "image", "dagsterApiGrpcArgs", "port"],
+                    "properties": {"image": {"type": "object", "required": ["repository", "tag", "pullPolicy"]},
+                                   "dagsterApiGrpcArgs": {"type": "array", "items": {"type": "string"}},
+                                   "port": {"type": "integer"}, "envConfigMaps": K8S_ENV_SOURCES,
+                                   "envSecrets": K8S_ENV_SOURCES}}}}},
+            "runLauncher": {"type": "object", "required": ["type", "config"], "properties": {
+                "type": {"const": "K8sRunLauncher"},
+                "config": {"type": "object", "required": ["k8sRunLauncher"], "properties": {
+                    "k8sRunLauncher": {"type": "object", "properties": {
+                        "envConfigMaps": K8S_ENV_SOURCES, "envSecrets": K8S_ENV_SOURCES,
+                        "runK8sConfig": {"type": "object", "additionalProperties": False, "properties": {
+                            k: {"type": "object"} for k in ("containerConfig", "podSpecConfig", "podTemplateSpecMetadata",
+                                                            "jobSpecConfig", "jobMetadata")}}}}}}}},
+            "dagsterDaemon": {"type": "object", "properties": {"runCoordinator": {"type": "object"}}}}}
+
+
+def load(name: str):
+    return yaml.safe_load((DEPLOY / name).read_text())
+
+
+def test_compose_file_is_complete_and_consistent():
+    compose = load("compose/docker-compose.yaml")
+    jsonschema.validate(compose, COMPOSE)
+    services = compose["services"]
+    for name, service in services.items():
+        assert set(service.get("depends_on", {})) <= set(services), name
+    text = (DEPLOY / "compose" / "docker-compose.yaml").read_text()
+    defined = {line.split("=", 1)[0] for line in (DEPLOY / "compose" / ".env.example").read_text().splitlines()
+               if "=" in line and not line.startswith("#")}
+    assert set(_ENV_REF.findall(text)) <= defined, set(_ENV_REF.findall(text)) - defined
+    env = services["code"]["environment"]
+    assert {"SHOPDISTILL_FIREHOSE", "SHOPDISTILL_LAKE", "SHOPDISTILL_S3_ENDPOINT_URL", "DAGSTER_PG_HOST"} <= set(env)
+    assert services["webserver"]["environment"] == env == services["daemon"]["environment"]
+    workspace = load("compose/workspace.yaml")["load_from"][0]["grpc_server"]
+    assert workspace["host"] == "code" and workspace["port"] == 4000
+
+
+def test_the_image_installs_this_project_and_serves_its_code_location():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    module = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]
+    assert 'pip install --no-cache-dir ".[deploy]"' in dockerfile
+    assert f'"-m", "{module}"]' in dockerfile and '"-p", "4000"' in dockerfile
+    for path in re.findall(r"^COPY (\S+)", dockerfile, re.M):
+        assert (REPO / path).exists(), path
+
+
+def test_helm_values_match_the_chart_keys_we_use():
+    values = load("helm/values.yaml")
+    jsonschema.validate(values, HELM)
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    module = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", module]
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    production = load("dagster.yaml")["run_launcher"]["config"]
+    assert [c["name"] for c in launcher["envConfigMaps"]] == production["env_config_maps"]
+    assert [s["name"] for s in launcher["envSecrets"]] == production["env_secrets"]
+    gpu = yaml.safe_load(next(e["value"] for e in deployment["env"] if e["name"] == "SHOPDISTILL_GPU_POD_SPEC"))
+    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+@pytest.mark.parametrize("name", ["dagster.yaml", "compose/dagster.yaml"])
+def test_production_instance_files_load_with_dummy_env(name, tmp_path, monkeypatch):
+    pytest.importorskip("dagster_postgres")  # the `deploy` extra, which `make setup` installs
+    from dagster._config import process_config
+    from dagster._core.instance.config import dagster_instance_config
+
+    for var in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB", "DAGSTER_K8S_NAMESPACE",
+                "SHOPDISTILL_IMAGE", "SHOPDISTILL_LOG_BUCKET", "SHOPDISTILL_S3_ENDPOINT_URL"):
+        monkeypatch.setenv(var, "http://dummy:9000" if var.endswith("URL") else "dummy")
+    shutil.copy(DEPLOY / name, tmp_path / "dagster.yaml")
+    config, _ = dagster_instance_config(str(tmp_path))  # the instance schema, storage included
+    assert "postgres" in config["storage"]
+    for section in ("run_launcher", "compute_logs"):
+        entry = config[section]
+        cls = getattr(importlib.import_module(entry["module"]), entry["class"])
+        checked = process_config(cls.config_type(), entry.get("config") or {})
+        assert checked.success, (section, checked.errors)

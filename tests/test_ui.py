@@ -1,0 +1,146 @@
+"""What a Dagster user sees: runs launched the way the UI and daemon launch them read the roots
+the CLI used, and the per-day funnel is visible in the UI (`dagster dev` driven by headless
+Chromium)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / ".test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def clean_env(home: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPDISTILL_") and k != "DAGSTER_HOME"}
+    return {**env, "SHOPDISTILL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **extra}
+
+
+def funnel_materialization(home: Path):
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")  # the instance's yaml names it; restored after the test
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey("corpus_funnel"))
+        return {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory) -> tuple[Path, str]:
+    """A day processed by `shopdistill corpus` on the default roots (only SHOPDISTILL_HOME set),
+    then the funnel materialized by `dagster asset materialize` from another working directory,
+    the way the UI and daemon launch runs: through the code location and the instance."""
+    from tests.conftest import TINY_DAY, sample_lines
+
+    home = tmp_path_factory.mktemp("home")
+    day_dir = home / "arena" / "firehose" / f"day={TINY_DAY}"
+    day_dir.mkdir(parents=True)
+    (day_dir / "part-000.jsonl").write_bytes(b"".join(sample_lines()))
+    env = clean_env(home)
+    cli = subprocess.run([str(BIN / "shopdistill"), "corpus", "--day", TINY_DAY], env=env, cwd=home,
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    ui_run = subprocess.run([str(BIN / "dagster"), "asset", "materialize", "-m", "shopdistill_assets.definitions",
+                             "--select", "corpus_funnel"], env=env, cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert ui_run.returncode == 0, ui_run.stdout[-3000:] + ui_run.stderr[-3000:]
+    return home, TINY_DAY
+
+
+def test_runs_launched_like_the_ui_read_the_roots_the_cli_wrote(processed):
+    home, day = processed
+    meta = funnel_materialization(home)
+    # The tiny day has 7 lines; the funnel (read from the lake by a run in another process) sees them all.
+    assert meta["days"] == 1 and meta["incomplete_days"] == 0
+    assert meta["lines"] == 7 == meta["gated"] + meta["subtask"] + meta["rejected"]
+    assert f"| {day} | 7 |" in meta["funnel"]
+    assert (home / "lake" / "corpus_funnel").is_dir()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dagster_dev(processed, tmp_path):
+    home, _ = processed
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("/usr/bin/chromium is not installed (apt-get install chromium)")
+    port = _free_port()
+    # An empty firehose: the sensor finds nothing to run while the page is read.
+    env = clean_env(home, SHOPDISTILL_FIREHOSE=str(tmp_path / "empty-firehose"))
+    log = open(tmp_path / "dagster-dev.log", "wb")
+    proc = subprocess.Popen([str(BIN / "dagster"), "dev", "-m", "shopdistill_assets.definitions", "-h", "127.0.0.1",
+                             "-p", str(port)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster-dev.log").read_text()[-3000:]
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.mark.slow
+def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    home, day = processed
+    meta = funnel_materialization(home)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS[1:])
+        context = browser.new_context(viewport={"width": 1400, "height": 1400})
+        page = context.new_page()
+        try:
+            page.goto(f"{dagster_dev}/assets/corpus_funnel", wait_until="networkidle", timeout=120_000)
+            skip = page.get_by_role("button", name="Skip")  # the UI's first-visit newsletter prompt
+            if skip.count():
+                skip.first.click()
+            row = page.get_by_role("row").filter(has_text=day)
+            row.first.wait_for(timeout=60_000)
+            # The funnel table's own row: the one that starts with the day (outer rows hold it whole).
+            (cells,) = [t for t in (r.inner_text().split() for r in page.get_by_role("row").all())
+                        if t and t[0] == day and len(t) > 3]
+            (expected,) = [line for line in meta["funnel"].splitlines() if line.startswith(f"| {day} |")]
+            assert cells == [c.strip() for c in expected.strip("|").split("|")], (cells, expected)
+            assert cells[1] == "7" and int(cells[5]) == meta["gated"] and int(cells[6]) == meta["rejected"]
+            body = page.inner_text("body")
+            for key in ("lines", "gated", "subtask", "rejected"):
+                assert key in body
+            page.screenshot(path=str(ARTIFACTS / "corpus_funnel.png"), full_page=True)
+            page.get_by_text("Show Markdown").first.click()  # the plot, in a dialog
+            image = page.locator("img[src^='data:image/png;base64,']").first
+            image.wait_for(timeout=30_000)
+            assert image.evaluate("img => img.naturalWidth") > 100
+            page.screenshot(path=str(ARTIFACTS / "corpus_funnel_plot.png"))
+        finally:
+            browser.close()
