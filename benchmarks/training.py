@@ -80,7 +80,7 @@ def build_datasets(work: Path) -> dict[str, str]:
         ("sft", rows.to_table(rows.sft_rows(traces, "bench"), rows.SFT_SCHEMA)),
         ("kto", rows.to_table([*rows.kto_rows(good, True, "d", 2), *rows.kto_rows(bad, False, "u", 2)],
                               rows.KTO_SCHEMA)),
-        ("dr_grpo", rows.to_table(rows.grpo_rows(good, "teacher", 4), rows.GRPO_SCHEMA)),
+        ("dr_grpo", rows.to_table(rows.grpo_rows(good, "teacher", 4, max_prompt_chars=12_000), rows.GRPO_SCHEMA)),
     ):
         path = work / f"{name}.parquet"
         pq.write_table(table, path)

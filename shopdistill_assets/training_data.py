@@ -335,6 +335,8 @@ def kto_dataset(context: AssetExecutionContext, config: KtoDatasetConfig, lake: 
 
 class GrpoDatasetConfig(Config):
     max_steps_per_trace: int = Field(8, description="teacher steps used per trajectory")
+    max_prompt_chars: int = Field(48_000, description="leave out longer prompts (TRL does not truncate GRPO "
+                                                      "prompts; ~16k tokens of Qwen3 at 3 characters a token)")
 
 
 @asset(group_name=GROUP, deps=[teacher_sft_dataset, teacher_rollouts], kinds={"python", "parquet"},
@@ -345,7 +347,8 @@ def grpo_dataset(context: AssetExecutionContext, config: GrpoDatasetConfig, lake
     rollouts = lake.read_snapshot("teacher_rollouts", version)
     kept = (rollouts.filter(pl.col("success")).sort(["problem_id", "n_steps", "sample"])
             .unique("problem_id", keep="first", maintain_order=True))
-    rows = list(train_rows.grpo_rows(kept.to_dicts(), "teacher_rollouts", config.max_steps_per_trace))
+    rows = list(train_rows.grpo_rows(kept.to_dicts(), "teacher_rollouts", config.max_steps_per_trace,
+                                     config.max_prompt_chars))
     truth = dict(kept.select("trace_id", "problem_json").iter_rows())
     table = train_rows.to_table(rows, train_rows.GRPO_SCHEMA)
     table = table.append_column("problem_json", pa.array([truth[r["trace_id"]] for r in rows], pa.string()))

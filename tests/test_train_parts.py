@@ -63,6 +63,9 @@ def test_kto_and_grpo_rows_cut_trajectories_at_assistant_turns():
     assert [(r["step"], r["reference_name"]) for r in grpo] == [(0, "find_product"), (1, "recommend_product")]
     assert [m["role"] for m in grpo[0]["prompt"]] == ["system", "user"]
     assert rows.to_table(grpo, rows.GRPO_SCHEMA).num_rows == 2
+    first_only = list(rows.grpo_rows([TRACE], "teacher", max_prompt_chars=rows.prompt_chars(grpo[0]["prompt"],
+                                                                                            TRACE["tools"])))
+    assert [r["step"] for r in first_only] == [0]  # the longer, later prompt is left out
     assert rows.to_table([], rows.KTO_SCHEMA).num_rows == 0
 
 

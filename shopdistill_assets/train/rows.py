@@ -109,13 +109,25 @@ def kto_rows(traces: Iterable[dict[str, Any]], desirable: bool, source: str,
                    "tools": row["tools"]}
 
 
-def grpo_rows(traces: Iterable[dict[str, Any]], source: str, max_steps_per_trace: int = 8) -> Iterator[dict[str, Any]]:
+def prompt_chars(prompt: list[dict[str, Any]], tools: str | None) -> int:
+    """A prompt's size in characters (text, think, arguments, tool schemas): TRL's GRPOTrainer
+    does not truncate prompts, so the dataset bounds them."""
+    size = len(tools or "")
+    for m in prompt:
+        size += len(m["content"] or "") + len(m["reasoning_content"] or "")
+        size += sum(len(c["function"]["arguments"] or "") for c in m["tool_calls"] or [])
+    return size
+
+
+def grpo_rows(traces: Iterable[dict[str, Any]], source: str, max_steps_per_trace: int = 8,
+              max_prompt_chars: int | None = None) -> Iterator[dict[str, Any]]:
     """Prompts at each assistant step of a successful (teacher) trajectory, with the call the
-    teacher made there as the reference the step reward compares against."""
+    teacher made there as the reference the step reward compares against; prompts longer than
+    `max_prompt_chars` are left out (a trajectory's later steps carry every tool result)."""
     for row in traces:
         for step, prompt, turn in list(assistant_steps(structured_messages(row["messages"])))[:max_steps_per_trace]:
             calls = turn["tool_calls"] or []
-            if not calls:
+            if not calls or (max_prompt_chars is not None and prompt_chars(prompt, row["tools"]) > max_prompt_chars):
                 continue
             yield {**_ids(row, source), "step": step, "prompt": prompt,
                    "reference_name": calls[0]["function"]["name"],
