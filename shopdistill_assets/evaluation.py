@@ -45,7 +45,9 @@ class EvalConfig(Config):
     samples: int = Field(8, description="samples per problem (pass@k up to this k)")
     max_steps: int = Field(25, description="steps per episode")
     concurrency: int = Field(8, description="episodes in flight")
-    request_timeout_s: float = Field(120.0, description="per model call")
+    request_timeout_s: float = Field(120.0, description="deadline per model call: the whole reply")
+    episode_time_limit_s: float = Field(300.0, description="deadline per episode: all its calls and tools")
+    tool_timeout_s: float = Field(10.0, description="deadline per sandbox tool call")
     catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
     heldout_version: str | None = Field(None, description="heldout_eval_set snapshot (default: the newest)")
     limit: int | None = Field(None, description="evaluate only the first N problems")
@@ -95,7 +97,8 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
         raise ValueError(f"heldout_eval_set {version} is empty: nothing to evaluate")
     catalog = load_catalog(Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog")
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
-                        request_timeout_s=config.request_timeout_s)
+                        request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
+                        tool_timeout_s=config.tool_timeout_s)
     with policy_endpoint(spec, problems, catalog) as (url, model):
         result = evaluate(url, model, problems, catalog, cfg)
     summary = result.summary()
