@@ -331,3 +331,28 @@ def test_constraint_word_order_examples():
     assert canonical_tokens("over 50 shades") == {"over", "50", "shade"}
     for text in ("kids aged 8+ building blocks", "B20 cast bronze cymbals", "size 42 running shoes"):
         assert not [t for t in canonical_tokens(text) if "=" in t], text
+
+
+def test_a_state_saved_by_another_canonicalizer_version_is_replayed_from_the_first_day(monkeypatch):
+    """canon-v3 reads constraints differently from canon-v2: a day-1 state saved by v2 must not be
+    built on; day 2 replays from day 1 and ends exactly where a fresh replay does."""
+    import shopdistill_assets.core.canonical as canonical
+    from shopdistill_assets.core.leak_replay import LeakState, build_state
+
+    rng = random.Random(3)
+    latents = latent_problems(40, seed=9)
+    days = {f"2026-07-0{d + 1}": [ProblemRef(f"s{i}-{d}", variants(p, rng)[d]) for i, p in enumerate(latents)]
+            for d in range(2)}
+    first, second = sorted(days)
+    cfg = LeakIndex.new().cfg
+    monkeypatch.setattr(canonical, "CANONICALIZER_VERSION", "canon-v2")
+    *_, saved_by_v2, _ = build_state(first, [], days.get, None, cfg, None)
+    monkeypatch.undo()
+    assert canonical.canonical_version().startswith("canon-v3+")
+    saved_by_v2 = LeakState.from_bytes(saved_by_v2.to_bytes())  # as the lake returns it
+    _, _, state, replayed = build_state(second, [first], days.get, saved_by_v2, cfg, None)
+    assert replayed
+    *_, fresh, _ = build_state(second, [first], days.get, None, cfg, None)
+    assert state.to_bytes() == fresh.to_bytes()
+    *_, saved_by_v3, _ = build_state(first, [], days.get, None, cfg, None)
+    assert build_state(second, [first], days.get, saved_by_v3, cfg, None)[3] is False  # same version: built on
