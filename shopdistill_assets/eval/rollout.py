@@ -107,7 +107,8 @@ class Episode:
         from shopdistill_assets.eval.metrics import reasoning_coefficient
 
         record_id = f"{eval_run_id or ''}:{self.problem_id}:{self.sample}"
-        status = {"episode_timeout": "TIMED_OUT", "endpoint_error": "FAILED"}.get(self.end_reason, "SUCCESS")
+        status = {"episode_timeout": "TIMED_OUT", "endpoint_error": "FAILED",
+                  "internal_error": "FAILED"}.get(self.end_reason, "SUCCESS")
         q = self.reasoning_score
         return {
             "trace_id": trace_id(DIALECT, record_id),

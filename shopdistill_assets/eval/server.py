@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import threading
 import time
 import urllib.request
@@ -237,8 +238,6 @@ class _PolicyHTTPServer(ThreadingHTTPServer):
         self.body_timeout_s = body_timeout_s
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if isinstance(sys.exc_info()[1], OSError):  # a client that went away or went silent
             return
         super().handle_error(request, client_address)
