@@ -356,3 +356,17 @@ def test_a_state_saved_by_another_canonicalizer_version_is_replayed_from_the_fir
     assert state.to_bytes() == fresh.to_bytes()
     *_, saved_by_v3, _ = build_state(first, [], days.get, None, cfg, None)
     assert build_state(second, [first], days.get, saved_by_v3, cfg, None)[3] is False  # same version: built on
+
+
+@pytest.mark.parametrize("hostile", [
+    "9" * 20_000, "9" * 19_990 + "% off", "9" * 19_990 + " php off", "1 - 2 - " * 2_500, "under 5 php or more " * 1_000,
+    "cash on delivery free shipping " * 640, "1." * 10_000, "between 1 and " * 1_400, "+" * 20_000,
+    "at least at most " * 1_100 + "5", ("4.5 stars " * 2_000)[:20_000],
+])
+def test_hostile_texts_canonicalize_in_bounded_time(hostile):
+    import time
+
+    started = time.monotonic()
+    bag = canonical_tokens(hostile)
+    assert isinstance(bag, frozenset)
+    assert time.monotonic() - started < 1.0, len(hostile)

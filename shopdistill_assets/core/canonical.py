@@ -102,7 +102,9 @@ def _words(text: str) -> list[str]:
     return out
 
 
-_NUM = r"(\d+(?:\.\d+)?)"
+# A number starts where a digit run starts: matching from inside a 20,000-digit run, then
+# backtracking over it, made hostile texts quadratic (minutes of regex).
+_NUM = r"(?<!\d)(\d+(?:\.\d+)?)"
 _CUR = r"(?:php|pesos?)\b"
 
 
