@@ -48,7 +48,7 @@ def test_python_execute_rejects_or_answers_fast(code):
         assert str(exc)
     else:
         assert isinstance(value, (int, float)) and not isinstance(value, bool)
-    assert time.monotonic() - started < 0.5, code
+    assert time.monotonic() - started < 5.0, code  # microseconds alone; round(1, -10**8) ran for minutes
 
 
 @pytest.mark.parametrize("code,expected", [
@@ -86,7 +86,7 @@ def test_sandbox_math_workers_have_a_hard_deadline(world):
         os.kill(pid, signal.SIGSTOP)  # stands in for a computation that never ends
         started = time.monotonic()
         stuck = box.call("python_execute", {"code": "2 + 2"})
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 4.0  # stopped, it would never answer
         assert not stuck.ok and "timed out" in stuck.error
         assert workers.pids() == [] and workers.killed == 1
         assert box.call("python_execute", {"code": "round(2.5) + 2"}).content() == "4"
@@ -276,7 +276,7 @@ def test_request_deadline_is_total_not_per_read(world, dripping):
     started = time.monotonic()
     result = evaluate(dripping, "drip", problems[:2], catalog, cfg)
     elapsed = time.monotonic() - started
-    assert elapsed < 4.0, elapsed  # 2 attempts x 0.6 s, not minutes of drip
+    assert elapsed < 8.0, elapsed  # 2 attempts x 0.6 s, not minutes of drip
     assert [ep.failure_reason for ep in result.episodes] == ["endpoint_error"] * 4
     assert all(ep.request_failures == 2 and "deadline" in ep.error for ep in result.episodes)
     assert result.errors["all_endpoint_errors"] and result.errors["endpoint_error_episodes"] == 4
@@ -287,9 +287,9 @@ def test_episode_deadline_cuts_a_dripping_request(world, dripping):
     cfg = RolloutConfig(samples=1, request_timeout_s=30.0, retries=2, backoff_s=0.05, episode_time_limit_s=1.0)
     started = time.monotonic()
     result = evaluate(dripping, "drip", problems[:3], catalog, cfg)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 6.0
     assert [ep.failure_reason for ep in result.episodes] == ["episode_timeout"] * 3
-    assert all(ep.latency_s < 2.0 for ep in result.episodes)
+    assert all(ep.latency_s < 4.0 for ep in result.episodes)
 
 
 def test_the_cli_deadline_flags_bound_a_dripping_endpoint(world, dripping, tmp_path, capsys):
@@ -302,7 +302,7 @@ def test_the_cli_deadline_flags_bound_a_dripping_endpoint(world, dripping, tmp_p
     started = time.monotonic()
     main(["eval", "--endpoint", dripping, "--model", "drip", "--samples", "1", "--heldout", str(tmp_path / "suites"),
           "--catalog", str(tmp_path / "catalog"), "--timeout", "30", "--episode-timeout", "1"])
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 8.0
     summary = json.loads(capsys.readouterr().out)
     assert summary["failure_reasons"] == {"episode_timeout": 2}
 
@@ -319,7 +319,7 @@ def test_a_slow_tool_call_is_cut_by_the_episode_deadline(world):
         cfg = RolloutConfig(samples=1, **{**FAST, "episode_time_limit_s": 1.0})
         started = time.monotonic()
         result = evaluate(server.url, "oracle", problems[:2], catalog, cfg, sandbox=SlowSandbox(catalog))
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 4.5  # a tool blocking the event loop took 3 s per episode, one after the other
     assert [ep.failure_reason for ep in result.episodes] == ["episode_timeout"] * 2
 
 
@@ -424,9 +424,9 @@ def test_slow_clients_do_not_pin_the_server(world):
                 answer = b""
                 break
         given_up = time.monotonic() - started
-        assert answer is not None and given_up < 2.0, given_up
+        assert answer is not None and given_up < 5.0, given_up  # the whole body would take ~11 s
         assert answer == b"" or _status(answer) == 408
-        assert select.select([idle], [], [], 1.0)[0] and idle.recv(1) == b""  # closed by the socket timeout
+        assert select.select([idle], [], [], 3.0)[0] and idle.recv(1) == b""  # closed by the socket timeout
         idle.close()
         dripper.close()
         assert _status(_exchange(server.port, _post(GOOD))) == 200

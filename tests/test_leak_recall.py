@@ -369,4 +369,5 @@ def test_hostile_texts_canonicalize_in_bounded_time(hostile):
     started = time.monotonic()
     bag = canonical_tokens(hostile)
     assert isinstance(bag, frozenset)
-    assert time.monotonic() - started < 1.0, len(hostile)
+    # ~0.1 s here alone; the generous bound only has to catch the quadratic regex (minutes)
+    assert time.monotonic() - started < 10.0, len(hostile)
