@@ -6,8 +6,9 @@ message the model sees, or the end of the episode with a failure reason (`unknow
 `bad_tool_json`); nothing raises out of here for a bad call.
 
 Tools run in a thread pool, each call awaited under a deadline (the tool timeout, cut by the
-episode deadline), so a stuck tool cannot hold the event loop nor outlive its episode;
-`python_execute` itself runs in worker processes that are killed at their deadline.
+episode deadline), so a slow tool holds neither the event loop nor its episode past the deadline
+(the thread is left to finish on its own; the sandbox bounds its work). `python_execute`, the
+one tool that evaluates model input, runs in worker processes that are killed at the deadline.
 """
 
 from __future__ import annotations
