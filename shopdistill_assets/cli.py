@@ -138,7 +138,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not catalog.exists():
         raise CLIError(f"no catalog at {catalog}: pass --catalog PATH or --arena DIR")
     cfg = RolloutConfig(samples=args.samples, max_steps=args.max_steps, concurrency=args.concurrency,
-                        request_timeout_s=args.timeout)
+                        request_timeout_s=args.timeout, episode_time_limit_s=args.episode_timeout,
+                        tool_timeout_s=args.tool_timeout)
     result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
     summary = result.summary()
     print(json.dumps(summary, indent=1, default=str))
@@ -431,7 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, help="evaluate only the first N problems")
     ev.add_argument("--max-steps", type=int, default=25)
     ev.add_argument("--concurrency", type=int, default=8)
-    ev.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    ev.add_argument("--timeout", type=float, default=120.0,
+                    help="per-request deadline, seconds: the whole reply, however slowly it arrives")
+    ev.add_argument("--episode-timeout", type=float, default=300.0,
+                    help="per-episode deadline, seconds: every request and tool call of one episode")
+    ev.add_argument("--tool-timeout", type=float, default=10.0, help="per sandbox tool call deadline, seconds")
     ev.set_defaults(func=cmd_eval)
 
     pol = sub.add_parser("policy", help="register a policy for policy_eval (adds its Dagster partition)")

@@ -45,7 +45,9 @@ class EvalConfig(Config):
     samples: int = Field(8, description="samples per problem (pass@k up to this k)")
     max_steps: int = Field(25, description="steps per episode")
     concurrency: int = Field(8, description="episodes in flight")
-    request_timeout_s: float = Field(120.0, description="per model call")
+    request_timeout_s: float = Field(120.0, description="deadline per model call: the whole reply")
+    episode_time_limit_s: float = Field(300.0, description="deadline per episode: all its calls and tools")
+    tool_timeout_s: float = Field(10.0, description="deadline per sandbox tool call")
     catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
     heldout_version: str | None = Field(None, description="heldout_eval_set snapshot (default: the newest)")
     limit: int | None = Field(None, description="evaluate only the first N problems")
@@ -95,7 +97,8 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
         raise ValueError(f"heldout_eval_set {version} is empty: nothing to evaluate")
     catalog = load_catalog(Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog")
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
-                        request_timeout_s=config.request_timeout_s)
+                        request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
+                        tool_timeout_s=config.tool_timeout_s)
     with policy_endpoint(spec, problems, catalog) as (url, model):
         result = evaluate(url, model, problems, catalog, cfg)
     summary = result.summary()
@@ -127,12 +130,19 @@ def not_stale(context, lake: LakeResource) -> AssetCheckResult:
     days = lake.list_days("leak_clusters")
     if not snapshots or not days:
         return AssetCheckResult(passed=True, severity=AssetCheckSeverity.WARN, metadata={"checked": 0})
+    # Both sides speak core.identity.problem_key: leak_clusters files problems under it and the
+    # held-out snapshot (hence the manifest) carries it. A key leak_clusters no longer knows is
+    # stale too: an evaluation whose problems cannot be checked is not silently fresh.
     sides = dict(lake.read_day("leak_clusters", days[-1]).select("problem_id", "side").iter_rows())
-    moved = {s: [p for p in lake.read_manifest(EVAL_ASSET, s)["problem_ids"] if sides.get(p, "heldout") != "heldout"]
-             for s in snapshots}
-    stale = {s: ps for s, ps in moved.items() if ps}
-    return AssetCheckResult(passed=not stale, severity=AssetCheckSeverity.WARN, metadata={"checked": len(snapshots), "stale_evaluations": len(stale),
-                                                        "moved_problems": MetadataValue.json(stale)})
+    stale = {}
+    for snapshot in snapshots:
+        keys = lake.read_manifest(EVAL_ASSET, snapshot)["problem_ids"]
+        moved = {p: sides.get(p, "unknown") for p in keys if sides.get(p) != "heldout"}
+        if moved:
+            stale[snapshot] = moved
+    return AssetCheckResult(passed=not stale, severity=AssetCheckSeverity.WARN, metadata={
+        "checked": len(snapshots), "stale_evaluations": len(stale), "leak_clusters_day": days[-1],
+        "moved_problems": MetadataValue.json(stale)})
 
 
 EVAL_ASSETS = [policy_eval]

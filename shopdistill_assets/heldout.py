@@ -11,12 +11,23 @@ from shopdistill_assets.sandbox import Problem, load_suite
 
 HELDOUT_ASSET = "heldout_eval_set"
 
+# The columns of a held-out snapshot, all text.
+HELDOUT_COLUMNS = ("problem_id", "suite_problem_id", "query", "category", "difficulty", "reward_json", "voucher_json",
+                   "leak_cluster_id")
+
 
 def problems_to_rows(problems: list[Problem]) -> list[dict]:
     """The columns a held-out snapshot stores per problem (ground truth as JSON text)."""
     return [{"problem_id": p.problem_id, "query": p.query, "category": p.category, "difficulty": p.difficulty,
              "reward_json": json.dumps(list(p.reward), sort_keys=True),
              "voucher_json": json.dumps(p.voucher, sort_keys=True) if p.voucher else None} for p in problems]
+
+
+def heldout_row(truth: Problem, problem_key: str, leak_cluster_id: str) -> dict:
+    """A held-out snapshot row: the problem under its one identity (`core.identity.problem_key`,
+    as leak_clusters files it), with the ground truth of the suite problem that matched it."""
+    row = problems_to_rows([truth])[0]
+    return {**row, "problem_id": problem_key, "suite_problem_id": truth.problem_id, "leak_cluster_id": leak_cluster_id}
 
 
 def rows_to_problems(rows: list[dict]) -> list[Problem]:

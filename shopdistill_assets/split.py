@@ -36,11 +36,12 @@ from resources.lake import LakeResource
 from shopdistill_assets.core.canonical import canonical_version, text_key
 from shopdistill_assets.core.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.core.decontaminate import PublicTestSet
-from shopdistill_assets.core.leak_clusters import LeakConfig, problem_key
+from shopdistill_assets.core.identity import problem_keys
+from shopdistill_assets.core.leak_clusters import LeakConfig
 from shopdistill_assets.core.leak_replay import LeakState, build_state, day_problems
 from shopdistill_assets.core.snapshots import file_sha256, latest_per_trace, sample_mask
 from shopdistill_assets.corpus import gated_traces, normalized_traces
-from shopdistill_assets.heldout import problems_to_rows
+from shopdistill_assets.heldout import HELDOUT_COLUMNS, heldout_row
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.train.rows import with_structured_messages
@@ -145,7 +146,7 @@ def split_traces(context: AssetExecutionContext, lake: LakeResource) -> Material
     try:
         for i, part in enumerate(lake.day_part_files("gated_traces", day, scratch)):
             frame = pl.read_parquet(part)
-            keys = [problem_key(p, q) for p, q in zip(frame["problem_id"].to_list(), frame["query"].to_list())]
+            keys = problem_keys(frame["problem_id"].to_list(), frame["query"].to_list())
             frame = frame.with_columns(pl.Series("problem_key", keys, dtype=pl.String)).join(
                 sides.rename({"problem_id": "problem_key"}), on="problem_key", how="left").with_columns(
                 pl.col("side").fill_null("unassigned")).drop("problem_key")
@@ -187,8 +188,8 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
     current = lake.read_day("leak_clusters", end).select(
         pl.col("problem_id").alias("problem_key"), pl.col("leak_cluster_id").alias("current_cluster"),
         pl.col("side").alias("current_side"))
-    winners = winners.with_columns(pl.Series("problem_key", [problem_key(p, q) for p, q in zip(
-        winners["problem_id"].to_list(), winners["query"].to_list())], dtype=pl.String)).join(
+    winners = winners.with_columns(pl.Series("problem_key", problem_keys(
+        winners["problem_id"].to_list(), winners["query"].to_list()), dtype=pl.String)).join(
         current, on="problem_key", how="left")
     winners = winners.filter(pl.col("current_side") == "train")
     winners = winners.filter(sample_mask(winners["trace_id"], config.sample_fraction, config.seed))
@@ -250,17 +251,15 @@ def heldout_eval_set(context: AssetExecutionContext, config: HeldoutConfig, lake
     chosen, missing = [], 0
     heldout = leak.filter(pl.col("side") == "heldout").sort(["leak_cluster_id", "first_day", "problem_id"])
     for cluster in heldout.partition_by("leak_cluster_id", maintain_order=True):
-        match = next((by_id.get(r["problem_id"]) or by_text.get(text_key(r["query"])) for r in cluster.iter_rows(named=True)
-                      if by_id.get(r["problem_id"]) or by_text.get(text_key(r["query"]))), None)
+        # the first problem of the cluster with ground truth, found by its id or by its text
+        match, leak_problem = next(((m, r["problem_id"]) for r in cluster.iter_rows(named=True)
+                                    if (m := by_id.get(r["problem_id"]) or by_text.get(text_key(r["query"])))),
+                                   (None, None))
         if match is None:
             missing += 1
             continue
-        row = problems_to_rows([match])[0]
-        row["leak_cluster_id"] = cluster["leak_cluster_id"][0]
-        chosen.append(row)
-    frame = pl.DataFrame(chosen, schema={"problem_id": pl.String, "query": pl.String, "category": pl.String,
-                                         "difficulty": pl.String, "reward_json": pl.String, "voucher_json": pl.String,
-                                         "leak_cluster_id": pl.String})
+        chosen.append(heldout_row(match, leak_problem, cluster["leak_cluster_id"][0]))
+    frame = pl.DataFrame(chosen, schema=dict.fromkeys(HELDOUT_COLUMNS, pl.String))
     content_hash = hashlib.sha256(frame.write_ndjson().encode()).hexdigest()
     version = f"v{day.replace('-', '')}-{content_hash[:12]}"
     by_category = {c: n for c, n in frame.group_by("category").len().sort("category").iter_rows()}

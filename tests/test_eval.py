@@ -245,7 +245,7 @@ class _BadHandler(BaseHTTPRequestHandler):
 
 @pytest.mark.parametrize("mode,expect", [("garbage", "malformed response: JSONDecodeError"),
                                          ("error", 'HTTP 500: {"error": "model crashed"}'),
-                                         ("hang", "APITimeoutError")])
+                                         ("hang", "RequestDeadline: request deadline")])
 def test_misbehaving_endpoint_gives_endpoint_errors(world, mode, expect):
     catalog, problems = world
     handler = type(f"Handler_{mode}", (_BadHandler,), {"mode": mode})

@@ -143,7 +143,7 @@ def test_canonical_numbers_become_attributes():
 def test_canonical_version_tracks_config():
     assert canonical_version() == canonical_version(CanonConfig())
     assert canonical_version(CanonConfig(price_bands_per_decade=3)) != canonical_version()
-    assert canonical_version().startswith("canon-v2+")
+    assert canonical_version().startswith("canon-v3+")
 
 
 def test_signer_equals_datasketch_bulk():

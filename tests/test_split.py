@@ -311,6 +311,52 @@ def test_a_heldout_cluster_linked_to_train_is_merged_logged_and_moved(arena, tmp
     assert json.loads(lake.read_day("leak_merge_log", DAYS[2])["moved_heldout_to_train"][0]) == []
 
 
+def test_a_merge_that_moves_a_heldout_problem_flags_its_evaluation_stale(arena, tmp_path, monkeypatch):
+    """The firehose knows problem a as `merge-heldout-…`, the suite with its ground truth by
+    another id: one identity rule must still tie the evaluation to the leak clusters."""
+    from shopdistill_assets.evaluation import not_stale, policy_eval, policy_partitions
+    from shopdistill_assets.policies_registry import PolicySpec, register
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path / "home"))
+    queries = {"a": f"{LAMP}, {PART_A}", "b": f"{LAMP}, {PART_B}", "c": f"{LAMP}, {PART_A}, {PART_B}"}
+    share = 0.5
+    ids = {"a": _draws(LeakConfig(heldout_share=share), "heldout", queries["a"]),
+           "b": _draws(LeakConfig(heldout_share=share), "train", queries["b"]), "c": "merge-c"}
+    suites = tmp_path / "suites"
+    reward = load_suite(arena.root / "suites" / "product.json")[0].reward
+    [truth] = load_suite(write_suite([Problem(queries["a"], "Product", reward)], suites / "planted.json"))
+    assert truth.problem_id != ids["a"]  # the suite's own id (derived from the text), not the firehose's
+    template = gated_records(arena.lake, arena.firehose, DAYS[0])[0][1]
+    firehose, lake_root = tmp_path / "firehose", tmp_path / "lake"
+    for day, key in zip(DAYS, "abc"):
+        write_day(firehose, day, "part-000.jsonl", [planted(template, ids[key], queries[key])])
+    resources = resources_for(firehose, lake_root)
+    ops = {"leak_clusters": {"heldout_share": share}}
+    instance = dg.DagsterInstance.ephemeral()
+    run([CORPUS_ASSETS[0], *LEAK], resources, DAYS[0], ops=ops, instance=instance)
+    heldout = run([heldout_eval_set], resources, ops={"heldout_eval_set": {"suites": [str(suites)]}}, instance=instance)
+    rows = pl.read_parquet(Path(meta(heldout, "heldout_eval_set")["path"]) / "part-00000.parquet").to_dicts()
+    assert [(r["problem_id"], r["suite_problem_id"]) for r in rows] == [(ids["a"], truth.problem_id)]
+
+    register(PolicySpec(name="oracle", scripted="oracle"))
+    instance.add_dynamic_partitions(policy_partitions.name, ["oracle"])
+    eval_ops = {"policy_eval": {"samples": 1, "catalog": str(arena.root / "catalog")}}
+    first = run([policy_eval, not_stale], resources, "oracle", ops=eval_ops, instance=instance)
+    assert meta(first, "policy_eval")["asr"] == 1.0 and checks(first) == {"not_stale": True}
+
+    for day in DAYS[1:3]:  # b trains; c links a to b: a's cluster is train-side from now on
+        run([CORPUS_ASSETS[0], *LEAK], resources, day, ops=ops, instance=instance)
+    assert dict(resources["lake"].read_day("leak_clusters", DAYS[2]).select("problem_id", "side").iter_rows())[
+        ids["a"]] == "train"
+    # the check alone, later, over every evaluation in the lake (no re-evaluation)
+    again = dg.materialize([policy_eval, not_stale], selection=dg.AssetSelection.checks(not_stale),
+                           resources=resources, instance=instance)
+    [evaluation] = again.get_asset_check_evaluations()
+    assert not evaluation.passed
+    moved = evaluation.metadata["moved_problems"].value
+    assert list(moved.values()) == [{ids["a"]: "train"}]
+
+
 # ---------------------------------------------------------------- decontamination through the asset config
 
 
@@ -443,8 +489,10 @@ def test_heldout_eval_set_is_one_scored_problem_per_heldout_cluster(arena):
     suites = arena.root / "suites"
     truth = {p.problem_id: p for f in ("product", "shop", "voucher") for p in load_suite(suites / f"{f}.json")}
     by_category: dict[str, int] = {}
+    latest_keys = set(latest["problem_id"])
     for row in frame.iter_rows(named=True):
-        assert truth[row["problem_id"]].query == row["query"]
+        assert truth[row["suite_problem_id"]].query == row["query"]
+        assert row["problem_id"] in latest_keys  # the one identity: the key leak_clusters files it under
         by_category[row["category"]] = by_category.get(row["category"], 0) + 1
     assert {k.removeprefix("category/"): v for k, v in m.items() if k.startswith("category/")} == by_category
     assert json.loads((folder / "manifest.json").read_text())["by_category"] == by_category
@@ -454,9 +502,10 @@ def test_heldout_eval_set_is_one_scored_problem_per_heldout_cluster(arena):
     problems = load_problems(folder)
     catalog = load_catalog(arena.root / "catalog")
     assert [p.problem_id for p in problems] == frame["problem_id"].to_list()
+    suite_id = dict(zip(frame["problem_id"], frame["suite_problem_id"]))
     for problem in problems:
-        assert problem.reward == truth[problem.problem_id].reward
-        assert problem.voucher == truth[problem.problem_id].voucher
+        assert problem.reward == truth[suite_id[problem.problem_id]].reward
+        assert problem.voucher == truth[suite_id[problem.problem_id]].voucher
         result = score_recommendation(problem, [item["product_id"] for item in problem.reward], catalog)
         assert result.success, (problem.problem_id, result.reason)
         assert not score_recommendation(problem, [], catalog).success

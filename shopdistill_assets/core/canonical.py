@@ -4,8 +4,10 @@ Two phrasings of one problem ("Show me X under 500 pesos, red, cotton" and "Can 
 cotton X in red below 500 PHP?") must give nearly the same bag, and two different problems
 must not. Word shingles fail on reordered paraphrases, so a problem becomes a *set* of
 content tokens: filler and template words dropped, light stemming, a few synonyms, and
-numbers in price/voucher context turned into attribute tokens (`price_max=b5`) bucketed on a
-coarse log scale, because splitting "under 300" from "under 200" is the mistake that leaks.
+constraints turned into attribute tokens whatever their word order (`core/constraints.py`:
+"rating at least 4.5" and "with at least 4.5 rating" are both `rating_min=4.5`; prices become
+`price_max=b5`, bucketed on a coarse log scale, because splitting "under 300" from "under 200"
+is the mistake that leaks; quantities `qty=12`; free shipping and cash on delivery services).
 
 Nothing here trusts the text: any str goes in, it is capped in length, nothing is executed.
 """
@@ -19,7 +21,10 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass
 
-CANONICALIZER_VERSION = "canon-v2"
+from shopdistill_assets.core.constraints import band, extract
+
+# v3: constraints read around each number, in either word order (v2 read only some orders)
+CANONICALIZER_VERSION = "canon-v3"
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,10 @@ def canonical_tokens(query: object, cfg: CanonConfig = DEFAULT_CANON) -> frozens
     text = _prepare(query[: cfg.max_chars])
     attrs: set[str] = set()
     has_digit = _DIGIT.search(text) is not None
-    for triggers, pattern, emit in _ATTRIBUTE_RULES:
+    for triggers, pattern, emit in _ATTRIBUTE_RULES:  # the voucher rules' fixed phrasings first
         if (has_digit or emit is _voucher_scope) and any(t in text for t in triggers):
             text = pattern.sub(lambda m, emit=emit: _take(m, emit, attrs, cfg), text)
+    text = extract(text, attrs, cfg.price_bands_per_decade, _open_ended)
     if has_digit:
         text = _NUM_UNIT.sub(lambda m: f" {_num(m.group(1))}{_UNITS[m.group(2)]} ", text)
     for phrase, replacement in _PHRASES:
@@ -96,7 +102,9 @@ def _words(text: str) -> list[str]:
     return out
 
 
-_NUM = r"(\d+(?:\.\d+)?)"
+# A number starts where a digit run starts: matching from inside a 20,000-digit run, then
+# backtracking over it, made hostile texts quadratic (minutes of regex).
+_NUM = r"(?<!\d)(\d+(?:\.\d+)?)"
 _CUR = r"(?:php|pesos?)\b"
 
 
@@ -127,13 +135,6 @@ def _num(raw: str) -> str:
     return str(int(value)) if value.is_integer() else f"{value:g}"
 
 
-def band(value: float, per_decade: int) -> str:
-    """Coarse log-scale bucket of a money amount: b{floor(log10(v) * per_decade)}."""
-    if value <= 0 or not math.isfinite(value):
-        return "b0"
-    return f"b{math.floor(math.log10(value) * per_decade + 1e-9)}"
-
-
 def _take(match: re.Match, emit, attrs: set[str], cfg: CanonConfig) -> str:
     if match.start() and match.string[match.start() - 1].isalnum():
         return match.group(0)  # inside a word or number: not ours
@@ -146,49 +147,9 @@ def _take(match: re.Match, emit, attrs: set[str], cfg: CanonConfig) -> str:
 
 # ---------------------------------------------------------------- attribute extraction
 
-_PRICE_WORD = re.compile(
-    r"\b(?:price[ds]?|pricing|costs?|costing|worth|range|ranging)(?:\W+(?:is|of|at|between|from|php))*\W*$"
-)
-_MAX_WORDS = (
-    r"under|below|less than|cheaper than|lower than|at most|no more than|not more than|"
-    r"up to|max(?:imum)?(?: of)?|within|not exceeding|not over|maximum price of"
-)
-_MIN_WORDS = r"above|over|more than|higher than|greater than|at least|min(?:imum)?(?: of)?|exceeding|starting at"
-
-
-_BETWEEN = re.compile(r"between\s*(?:php\s*)?$")
-
-
-def _money_context(match: re.Match, has_currency: bool, open_ended: bool = False) -> bool:
-    """A number is money when a currency or a price word is next to it; for a bare
-    comparison ("under 500") also when nothing but punctuation or filler follows it
-    ("over 50 shades" is a count, "under 500 for my mom" a price)."""
-    before = match.string[max(0, match.start() - 24) : match.start()]
-    if has_currency or before.rstrip().endswith("php") or _PRICE_WORD.search(before):
-        return True
-    if not open_ended:
-        return False
-    follow = re.match(r"\s*(\w*)", match.string[match.end() : match.end() + 40])
-    word = follow.group(1) if follow else ""
-    return word == "" or (word in _STOPWORDS and word not in _UNITS)
-
-
-def _price_range(m: re.Match, cfg: CanonConfig) -> list[str] | None:
-    # "X and Y" is a range only after "between" ("150 pesos and 1.7 liter" is two things)
-    if m.group("sep") == "and" and not _BETWEEN.search(m.string, max(0, m.start() - 16), m.start()):
-        return None
-    if not _money_context(m, bool(m.group("cur") or m.group("pre") or m.group("cur1"))):
-        return None
-    lo, hi = sorted((float(m.group("lo")), float(m.group("hi"))))
-    per = cfg.price_bands_per_decade
-    return [f"price_min={band(lo, per)}", f"price_max={band(hi, per)}"]
-
-
-def _price_bound(m: re.Match, cfg: CanonConfig) -> list[str] | None:
-    if not _money_context(m, bool(m.group("cur") or m.group("pre")), open_ended=True):
-        return None
-    side = "price_max" if re.fullmatch(_MAX_WORDS, m.group("cmp")) else "price_min"
-    return [f"{side}={band(float(m.group('v')), cfg.price_bands_per_decade)}"]
+def _open_ended(word: str) -> bool:
+    """A word that may follow a bare price bound ("under 500 for my mom"); "over 50 shades" is a count."""
+    return word in _STOPWORDS and word not in _UNITS
 
 
 def _money(name: str):
@@ -206,22 +167,15 @@ def _pct(m: re.Match, cfg: CanonConfig) -> list[str]:
     return [f"discount_pct={_num(m.group('v') or m.group('w'))}"]
 
 
-def _rating(m: re.Match, cfg: CanonConfig) -> list[str]:
-    value = float(m.group("v"))
-    return [f"rating_min={math.floor(value * 2) / 2:g}"]
-
-
 def _rx(pattern: str) -> re.Pattern:
     return re.compile(pattern.replace("NUM", _NUM).replace("CUR", _CUR))
 
 
-# (trigger substrings, pattern, emitter). Order matters: voucher and budget clauses first (their
-# numbers are not prices), then price ranges, one-sided bounds, bare amounts with a currency.
-# A rule runs only when a trigger occurs in the text, and every pattern starts with a literal
-# or a digit (no leading \\b: it disables the regex engine's prefix scan and costs 10×); the
-# word boundary is checked in `_take` instead. Filler words left behind are stopwords.
+# The voucher rules of ShoppingBench: (trigger substrings, pattern, emitter). Their numbers are not
+# prices, so they go before the constraint reader. A rule runs only when a trigger occurs in the
+# text, and every pattern starts with a literal or a digit (no leading \\b: it disables the regex
+# engine's prefix scan and costs 10x); the word boundary is checked in `_take` instead.
 _ATTRIBUTE_RULES = [
-    (("budget",), _rx(r"budget(?: is| of)?(?: only)?:?\s*(?:php\s*)?(?P<v>NUM)(?:\s*CUR)?"), _money("budget")),
     (("exceed", "spend"),
      _rx(r"(?:total price of the products exceeds|spend(?:ing)? (?:over|more than|at least|above)|"
          r"minimum spend of|min\.? spend(?: of)?)\s*(?:php\s*)?(?P<v>NUM)(?:\s*CUR)?"),
@@ -232,15 +186,6 @@ _ATTRIBUTE_RULES = [
     (("off",), _rx(r"(?P<v>NUM)\s*(?:CUR\s*)?off\b"), _money("discount")),
     (("voucher",), _rx(r"voucher applies to all products|platform voucher|voucher only applies to the products "
                       r"from the same shop|shop voucher"), _voucher_scope),
-    (("rat",), _rx(r"(?:rating|rated)(?: of)?(?: at least| above| over)?\s*(?P<v>[1-5](?:\.\d)?)(?:\s*stars?)?"
-                   r"(?: and up| or (?:more|higher|above))?"), _rating),
-    (("star",), _rx(r"(?P<v>[1-5](?:\.\d)?)\s*stars?(?: and up| or (?:more|higher))?"), _rating),
-    ((" and ", " to ", "-", "–"),
-     _rx(r"(?P<lo>NUM)\s*(?P<cur1>CUR\s*)?(?P<sep>and|to|-|–)\s*(?P<pre>php\s*)?(?P<hi>NUM)\s*(?P<cur>CUR)?"),
-     _price_range),
-    (("",), _rx(rf"(?P<cmp>{_MAX_WORDS}|{_MIN_WORDS})\s*(?P<pre>php\s*)?(?P<v>NUM)\s*(?P<cur>CUR)?"), _price_bound),
-    (("php",), _rx(r"php\s*(?P<v>NUM)"), _money("price")),
-    (("peso", "php"), _rx(r"(?P<v>NUM)\s*CUR"), _money("price")),
 ]
 
 # ---------------------------------------------------------------- words
@@ -249,16 +194,6 @@ _ATTRIBUTE_RULES = [
 _PHRASES = (
     ("perks like guaranteed authenticity and easy returns", " "),
     ("perks like guaranteed authenticity and quick returns", " "),
-    ("free shipping", " service_free_shipping "),
-    ("free delivery", " service_free_shipping "),
-    ("complimentary shipping", " service_free_shipping "),
-    ("complimentary delivery", " service_free_shipping "),
-    ("cash on delivery", " service_cod "),
-    ("pay on delivery", " service_cod "),
-    ("payment on delivery", " service_cod "),
-    ("ships for free", " service_free_shipping "),
-    ("ship for free", " service_free_shipping "),
-    ("shipped for free", " service_free_shipping "),
     ("laz mall", " service_lazmall "),
     ("official store", " service_lazmall "),
     ("laz flash", " service_lazflash "),
@@ -313,6 +248,7 @@ _STOPWORDS = frozenset(
     additionally moreover furthermore then than so such etc
     voucher following rules rule valid total applies apply same
     should have has having had between made range ranging save brand color material service perk
+    accept accepts accepting accepted included anywhere
     """.split()
 )
 

@@ -35,19 +35,19 @@ from shopdistill_assets.core.canonical import (
     canonical_version,
     text_key,
 )
+from shopdistill_assets.core.identity import MAX_QUERY_CHARS, problem_key
 from shopdistill_assets.core.minhash import HASH_FUNCS, BandIndex, Signer, jaccard
 
 __all__ = [  # the MinHash names are re-exported: callers imported them from here first
     "EXCLUDED", "HASH_FUNCS", "HELDOUT", "SIDES", "TRAIN", "BandIndex", "DayUpdate", "LeakConfig", "LeakIndex",
-    "LeakStateMismatch", "ProblemRef", "PublicMatcher", "Signer", "cluster_id_of", "jaccard", "problem_key",
+    "LeakStateMismatch", "ProblemRef", "PublicMatcher", "Signer", "cluster_id_of", "jaccard",
+    "problem_key",  # the one identity rule lives in core.identity
 ]
 
 SIDES = ("train", "heldout", "excluded")
 TRAIN, HELDOUT, EXCLUDED = 0, 1, 2
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _COUNTS = ("problems", "new_problems", "new_texts", "known_texts", "same_bag", "lsh_candidates", "verified_links")
-_MAX_ID_CHARS = 256
-_MAX_QUERY_CHARS = 65_536  # as the ledger truncates raw lines: a real problem is far shorter
 
 
 class LeakStateMismatch(ValueError):
@@ -98,24 +98,13 @@ class PublicMatcher(Protocol):
 
 
 def cluster_id_of(problem_id: str) -> str:
-    return "lc_" + hashlib.sha1(problem_id.encode("utf-8")).hexdigest()[:16]
-
-
-def problem_key(problem_id: object, query: object) -> str:
-    """The id the index files a problem under: its own id, or one derived from its text."""
-    return _clean_ref(ProblemRef(problem_id if isinstance(problem_id, str) else "", query))[0]
+    return "lc_" + hashlib.sha1(problem_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _clean_ref(ref: ProblemRef) -> tuple[str, str, str]:
-    """(problem_id, query, text key) from hostile input; ids are bounded and never empty."""
-    query = ref.query[:_MAX_QUERY_CHARS] if isinstance(ref.query, str) else ""
-    key = text_key(query)
-    pid = ref.problem_id if isinstance(ref.problem_id, str) else ""
-    if not pid:
-        pid = "q_" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
-    elif len(pid) > _MAX_ID_CHARS:
-        pid = "p_" + hashlib.sha1(pid.encode("utf-8")).hexdigest()
-    return pid, query, key
+    """(problem key, query, text key) from hostile input: the one identity rule, bounded."""
+    query = ref.query[:MAX_QUERY_CHARS] if isinstance(ref.query, str) else ""
+    return problem_key(ref.problem_id, query), query, text_key(query)
 
 
 class LeakIndex:
@@ -190,7 +179,7 @@ class LeakIndex:
         for pid, query, key in refs:
             p = self._problem(pid, query)
             todays.append(p)
-            digest = xxhash.xxh3_128_digest(key.encode("utf-8"))
+            digest = xxhash.xxh3_128_digest(key.encode("utf-8", "surrogatepass"))
             t = self.text_of_digest.get(digest)
             if t is not None:
                 counts["known_texts"] += 1

@@ -13,20 +13,22 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .identity import problem_key
 from .leak_clusters import LeakConfig, LeakIndex, LeakStateMismatch, ProblemRef, PublicMatcher
 
 STATE_FORMAT = "shopdistill.leak_state/v1"
 
 
 def day_problems(rows: Sequence[dict]) -> list[ProblemRef]:
-    """Distinct (problem_id, query) of a day's traces, sorted: the day's input to the index."""
-    seen: dict[str, ProblemRef] = {}
+    """Distinct (problem_id, query) of a day's traces, sorted: the day's input to the index.
+    Distinct by problem id, or by text for records without one; a problem asked in several
+    phrasings under one id keeps each phrasing (every text is matched against the others)."""
+    seen: dict[tuple[str, str], ProblemRef] = {}
     for row in rows:
         pid, query = row.get("problem_id"), row.get("query")
         if isinstance(query, str) and query.strip():
-            pid = pid if isinstance(pid, str) and pid else None
-            key = pid or f"q:{query}"
-            seen.setdefault(key, ProblemRef(pid or "", query, row.get("category")))
+            pid = pid if isinstance(pid, str) else ""
+            seen.setdefault((problem_key(pid, query), query), ProblemRef(pid, query, row.get("category")))
     return [seen[k] for k in sorted(seen)]
 
 

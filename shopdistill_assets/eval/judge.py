@@ -8,6 +8,7 @@ the metrics treat as "not judged", never as zero.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import re
@@ -74,7 +75,7 @@ class ReasoningJudge:
                 max_tokens=self.max_tokens, timeout=self.timeout_s,
             )
             if inspect.isawaitable(reply):
-                reply = await reply
+                reply = await asyncio.wait_for(reply, self.timeout_s)  # a total, not per read
             raw = reply.model_dump() if hasattr(reply, "model_dump") else reply
             return parse_score(raw["choices"][0]["message"]["content"])
         except Exception:  # a judge failure leaves the episode unjudged, never fails the eval

@@ -1,13 +1,17 @@
 """Rollouts of a policy behind an OpenAI-compatible endpoint, in the sandbox, scored.
 
 Concurrency is asyncio (`openai.AsyncOpenAI`) with a semaphore bounding episodes in flight:
-an episode spends nearly all its time waiting on the endpoint, a sandbox call is well under a
-millisecond of numpy, so one event loop keeps hundreds of requests in flight over one shared
-connection pool, without a thread per episode and without locks around the sandbox.
+an episode spends nearly all its time waiting on the endpoint, so one event loop keeps hundreds
+of requests in flight over one shared connection pool. Sandbox tools run off the loop, in a
+small thread pool (`tool_calls.ToolRunner`), so a slow tool never stalls other episodes.
 
-Every way an episode can go wrong (endpoint down, garbage replies, malformed tool calls,
-timeouts) ends that episode as a scored failure with a `failure_reason`; nothing raises out
-of `evaluate` for a misbehaving endpoint.
+Deadlines are wall-clock totals, not per read: each request must complete within
+`request_timeout_s` (an endpoint that drips a byte a second is cut there), each tool call within
+`tool_timeout_s`, and the whole episode within `episode_time_limit_s`, whatever it waits on.
+
+Every way an episode can go wrong (endpoint down, garbage replies, hostile tool calls,
+timeouts, even a bug of ours: `internal_error`) ends that episode as a scored failure with a
+`failure_reason`; nothing raises out of `evaluate` for one bad episode.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from shopdistill_assets.sandbox.problems import Problem
 from shopdistill_assets.sandbox.scorer import score_trace_calls
 from shopdistill_assets.core.dialects import SYSTEM_PROMPT as CANONICAL_SYSTEM_PROMPT
 from shopdistill_assets.core.dialects import make_trace_id
+from shopdistill_assets.eval.tool_calls import EpisodeDeadline, HarnessError, ToolRunner, Trajectory, act
+from shopdistill_assets.sandbox.math_worker import MathWorkers
 from shopdistill_assets.sandbox.tool_specs import tool_schemas
 from shopdistill_assets.sandbox.tools import Sandbox
 
@@ -38,11 +44,11 @@ DIALECT = "shopdistill.rollout"
 SYSTEM_PROMPT = CANONICAL_SYSTEM_PROMPT
 
 FAILURE_REASONS = ("bad_tool_json", "unknown_tool", "no_tool_call", "max_steps", "episode_timeout",
-                   "endpoint_error", "no_recommendation")
+                   "endpoint_error", "internal_error", "no_recommendation")
 # Endings that fail the episode whatever the last recommendation was (malformed output fails
 # only under `strict_format`; timeouts and endpoint failures always, as the validator does).
 _MALFORMED = frozenset({"bad_tool_json", "unknown_tool", "no_tool_call"})
-_ALWAYS_FAIL = frozenset({"episode_timeout", "endpoint_error"})
+_ALWAYS_FAIL = frozenset({"episode_timeout", "endpoint_error", "internal_error"})
 
 
 @dataclass
@@ -50,10 +56,11 @@ class RolloutConfig:
     samples: int = 8
     max_steps: int = 25
     concurrency: int = 8
-    request_timeout_s: float = 120.0
+    request_timeout_s: float = 120.0  # total per request: connect, wait and the whole body
     retries: int = 2  # extra attempts on timeouts, connection errors, 408/429/5xx
     backoff_s: float = 0.5  # first retry waits this long, doubling, capped at 8 s
-    episode_time_limit_s: float = 300.0
+    episode_time_limit_s: float = 300.0  # total per episode, requests and tools alike (ORO: 300 s)
+    tool_timeout_s: float = 10.0  # per sandbox call; python_execute's worker is killed at it
     temperature: float = 0.6
     max_tokens: int = 2048
     seed: int = 0
@@ -100,7 +107,8 @@ class Episode:
         from shopdistill_assets.eval.metrics import reasoning_coefficient
 
         record_id = f"{eval_run_id or ''}:{self.problem_id}:{self.sample}"
-        status = {"episode_timeout": "TIMED_OUT", "endpoint_error": "FAILED"}.get(self.end_reason, "SUCCESS")
+        status = {"episode_timeout": "TIMED_OUT", "endpoint_error": "FAILED",
+                  "internal_error": "FAILED"}.get(self.end_reason, "SUCCESS")
         q = self.reasoning_score
         return {
             "trace_id": trace_id(DIALECT, record_id),
@@ -132,8 +140,12 @@ class EndpointFailure(Exception):
         self.reason, self.message, self.attempts = reason, message, attempts
 
 
+class RequestDeadline(Exception):
+    """No complete reply within the request's total deadline (however the bytes trickled in)."""
+
+
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+    if isinstance(exc, (openai.APIConnectionError, RequestDeadline)):  # includes APITimeoutError
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code >= 500 or exc.status_code in (408, 429)
@@ -147,14 +159,14 @@ def _describe(exc: BaseException) -> str:
         except Exception:  # a streamed or closed body: the client's message is all there is
             body = str(exc.message)
         return f"HTTP {exc.status_code}: {body[:300]}"
-    if isinstance(exc, openai.OpenAIError):
+    if isinstance(exc, (openai.OpenAIError, RequestDeadline)):
         return f"{type(exc).__name__}: {str(exc)[:300]}"
     return f"malformed response: {type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _completion_dict(completion: Any) -> dict[str, Any]:
     """The reply as a dict, or ValueError when it is not a chat completion with a message."""
-    raw = completion.model_dump() if hasattr(completion, "model_dump") else completion
+    raw = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
     choices = raw.get("choices") if isinstance(raw, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError(f"no choices in {str(raw)[:200]}")
@@ -173,16 +185,20 @@ async def _request(client: Any, model: str, messages: list[dict[str, Any]], tool
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise EndpointFailure("episode_timeout", "episode time limit reached", failures)
+        budget = min(cfg.request_timeout_s, remaining)
         try:
-            completion = await client.chat.completions.create(
+            # the client's timeout is per read (and set past ours so that one rule decides);
+            # wait_for makes the budget a total for the whole reply
+            completion = await asyncio.wait_for(client.chat.completions.create(
                 model=model, messages=messages, tools=tools, temperature=cfg.temperature,
-                max_tokens=cfg.max_tokens, seed=seed if cfg.send_seed else openai.omit,
-                timeout=min(cfg.request_timeout_s, remaining),
-            )
+                max_tokens=cfg.max_tokens, seed=seed if cfg.send_seed else openai.omit, timeout=budget + 1.0,
+            ), budget)
             return _completion_dict(completion), failures
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # classified below; never escapes as anything but EndpointFailure
+            if isinstance(exc, TimeoutError):
+                exc = RequestDeadline(f"request deadline: no complete reply within {budget:g} s")
             failures += 1
             if time.monotonic() >= deadline:
                 raise EndpointFailure("episode_timeout", _describe(exc), failures) from None
@@ -192,111 +208,59 @@ async def _request(client: Any, model: str, messages: list[dict[str, Any]], tool
             await asyncio.sleep(delay)
 
 
-def _assistant_turn(message: dict[str, Any], step: int) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
-    """Canonical assistant message + (call id, name, raw arguments) per tool call."""
-    content = message.get("content") if isinstance(message.get("content"), str) else ""
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    turn: dict[str, Any] = {"role": "assistant", "content": content}
-    if isinstance(reasoning, str) and reasoning:
-        turn["reasoning_content"] = reasoning
-    calls, seen_ids = [], set()
-    raw_calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
-    for i, call in enumerate(raw_calls):
-        call = call if isinstance(call, dict) else {}
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_{step}_{i}"
-        if call_id in seen_ids:  # ids must pair calls with results one to one
-            call_id = f"{call_id}_{i}"
-        seen_ids.add(call_id)
-        args = fn.get("arguments")
-        arg_text = args if isinstance(args, str) else json.dumps(args)
-        calls.append((call_id, fn.get("name"), args))
-        turn.setdefault("tool_calls", []).append(
-            {"id": call_id, "type": "function", "function": {"name": str(fn.get("name")), "arguments": arg_text}})
-    return turn, calls
-
-
-def _parse_arguments(args: Any) -> dict[str, Any] | None:
-    if args is None or (isinstance(args, str) and not args.strip()):
-        return {}
-    if isinstance(args, dict):
-        return args
-    try:
-        parsed = json.loads(args) if isinstance(args, str) else None
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-@dataclass
-class _Trajectory:
-    messages: list[dict[str, Any]]
-    calls: list[tuple[str, Any]] = field(default_factory=list)
-    end_reason: str = ""
-    format_valid: bool = True
-
-
-def _act(traj: _Trajectory, message: dict[str, Any], step: int, sandbox: Sandbox, tool_names: set[str]) -> None:
-    """Append the assistant turn, run its tool calls in the sandbox, set `end_reason` if it ends."""
-    turn, calls = _assistant_turn(message, step)
-    traj.messages.append(turn)
-    if not calls:
-        recommended = any(name == "recommend_product" for name, _ in traj.calls)
-        if "<tool_call>" in turn["content"]:  # the server could not parse the model's tool call
-            traj.end_reason, traj.format_valid = "bad_tool_json", False
-        elif recommended and turn["content"].strip():
-            traj.end_reason = "stop"  # a closing answer after the recommendation
-        else:
-            traj.end_reason, traj.format_valid = "no_tool_call", False
-        return
-    for call_id, name, raw_args in calls:
-        if name not in tool_names:
-            traj.end_reason, traj.format_valid = "unknown_tool", False
-            return
-        args = _parse_arguments(raw_args)
-        if args is None:
-            traj.end_reason, traj.format_valid = "bad_tool_json", False
-            return
-        result = sandbox.call(name, args)
-        traj.calls.append((name, args))
-        traj.messages.append({"role": "tool", "tool_call_id": call_id,
-                              "content": json.dumps(result.content(), ensure_ascii=False)})
-        if name == "terminate":
-            traj.end_reason = "terminate"
-            return
-
-
-async def run_episode(client: Any, model: str, problem: Problem, sandbox: Sandbox, cfg: RolloutConfig,
+async def run_episode(client: Any, model: str, problem: Problem, tools: ToolRunner | Sandbox, cfg: RolloutConfig,
                       seed: int, sample: int = 0) -> Episode:
     """Drive one episode of `problem` through the endpoint behind `client` (an AsyncOpenAI)."""
+    if isinstance(tools, Sandbox):  # a bare sandbox: run its calls in a pool of our own
+        runner = ToolRunner(tools, cfg.tool_timeout_s, workers=1)
+        try:
+            return await run_episode(client, model, problem, runner, cfg, seed, sample)
+        finally:
+            runner.close()
     started, wall = time.monotonic(), datetime.now(UTC)
     deadline = started + cfg.episode_time_limit_s
-    tools = tool_schemas(cfg.tool_names)
-    tool_names = {t["function"]["name"] for t in tools}
-    traj = _Trajectory([{"role": "system", "content": cfg.system_prompt}, {"role": "user", "content": problem.query}])
+    schemas = tool_schemas(cfg.tool_names)
+    tool_names = {t["function"]["name"] for t in schemas}
+    traj = Trajectory([{"role": "system", "content": cfg.system_prompt}, {"role": "user", "content": problem.query}])
     episode = Episode(problem.problem_id, problem.category, problem.query, problem.difficulty, sample, seed, model,
-                      started_at=wall.strftime("%Y-%m-%dT%H:%M:%SZ"), tools=tools)
+                      started_at=wall.strftime("%Y-%m-%dT%H:%M:%SZ"), tools=schemas)
+    try:
+        await _steps(client, model, episode, traj, tools, tool_names, cfg, deadline)
+    except Exception as exc:  # our bug, not the model's: this episode fails, the evaluation goes on
+        traj.end_reason, episode.error = "internal_error", _internal(exc)
+    _finish(episode, traj, problem, tools.sandbox.catalog, cfg, started)
+    return episode
+
+
+async def _steps(client: Any, model: str, episode: Episode, traj: Trajectory, tools: ToolRunner,
+                 tool_names: set[str], cfg: RolloutConfig, deadline: float) -> None:
     for step in range(cfg.max_steps):
         t0 = time.monotonic()
         try:
-            reply, failures = await _request(client, model, traj.messages, tools, cfg, seed, deadline)
+            reply, failures = await _request(client, model, traj.messages, episode.tools, cfg, episode.seed, deadline)
         except EndpointFailure as exc:
             episode.request_failures += exc.attempts
             episode.error, traj.end_reason = exc.message, exc.reason
-            break
+            return
         episode.model_latency_s += time.monotonic() - t0
         episode.request_failures += failures
         episode.steps += 1
         tokens = reply["usage"].get("completion_tokens")
         episode.completion_tokens.append(tokens if isinstance(tokens, int) else 0)
-        _act(traj, reply["message"], step, sandbox, tool_names)
+        try:
+            await act(traj, reply["message"], step, tools, tool_names, deadline)
+        except EpisodeDeadline:
+            episode.error, traj.end_reason = "episode time limit reached during a tool call", "episode_timeout"
         if traj.end_reason:
-            break
-    _finish(episode, traj, problem, sandbox.catalog, cfg, started)
-    return episode
+            return
 
 
-def _finish(episode: Episode, traj: _Trajectory, problem: Problem, catalog: Catalog, cfg: RolloutConfig,
+def _internal(exc: BaseException) -> str:
+    detail = str(exc) if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
+    return f"internal error: {detail}"[:400]
+
+
+def _finish(episode: Episode, traj: Trajectory, problem: Problem, catalog: Catalog, cfg: RolloutConfig,
             started: float) -> None:
     score = score_trace_calls(problem, traj.calls, catalog)
     end = traj.end_reason or "max_steps"
@@ -312,6 +276,14 @@ def _finish(episode: Episode, traj: _Trajectory, problem: Problem, catalog: Cata
     episode.latency_s = time.monotonic() - started
 
 
+def _failed_episode(problem: Problem, model: str, seed: int, sample: int, exc: BaseException) -> Episode:
+    """What is left of an episode whose harness failed outside the step loop."""
+    episode = Episode(str(problem.problem_id), str(problem.category), str(problem.query), str(problem.difficulty),
+                      sample, seed, model, end_reason="internal_error", failure_reason="internal_error",
+                      error=_internal(exc), started_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return episode
+
+
 @dataclass
 class EvalResult:
     model: str
@@ -324,9 +296,11 @@ class EvalResult:
     wall_s: float
 
     def summary(self) -> dict[str, Any]:
-        """The `shopdistill eval` JSON: metrics at top level, plus counts and errors."""
+        """The `shopdistill eval` JSON: metrics at top level, plus counts, errors and deadlines.
+        `errors.all_endpoint_errors` is true when no episode got a reply (endpoint down)."""
+        deadlines = {k: self.config.get(k) for k in ("request_timeout_s", "episode_time_limit_s", "tool_timeout_s")}
         return {**self.metrics, "model": self.model, "endpoint": self.endpoint, "eval_run_id": self.eval_run_id,
-                "errors": self.errors, "wall_s": round(self.wall_s, 3)}
+                "errors": self.errors, "deadlines": deadlines, "wall_s": round(self.wall_s, 3)}
 
     def canonical_rows(self) -> list[dict[str, Any]]:
         return [ep.to_canonical_row(self.eval_run_id, i + 1) for i, ep in enumerate(self.episodes)]
@@ -338,8 +312,11 @@ def error_summary(episodes: Sequence[Episode], first: int = 5) -> dict[str, Any]
     for ep in episodes:
         if ep.error and ep.error not in messages and len(messages) < first:
             messages.append(ep.error)
+    endpoint_failed = sum(1 for ep in episodes if ep.end_reason == "endpoint_error")
     return {"failure_reasons": dict(sorted(reasons.items())), "endpoint_errors": messages,
-            "endpoint_error_episodes": sum(1 for ep in episodes if ep.end_reason == "endpoint_error")}
+            "episodes": len(episodes), "endpoint_error_episodes": endpoint_failed,
+            "all_endpoint_errors": bool(episodes) and endpoint_failed == len(episodes),
+            "internal_error_episodes": sum(1 for ep in episodes if ep.end_reason == "internal_error")}
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -362,18 +339,24 @@ async def evaluate_async(endpoint: str, model: str, problems: Sequence[Problem],
     from shopdistill_assets.eval.metrics import compute_metrics
 
     cfg = cfg or RolloutConfig()
-    sandbox = sandbox or Sandbox(catalog)
     endpoint = normalize_endpoint(endpoint)
     started = time.monotonic()
     gate = asyncio.Semaphore(max(1, cfg.concurrency))
     client = openai.AsyncOpenAI(base_url=endpoint, api_key="local", max_retries=0, timeout=cfg.request_timeout_s)
+    # A given sandbox is used as it is; our own evaluates python_execute in killable workers.
+    math = MathWorkers(size=min(max(1, cfg.concurrency), 4), timeout_s=cfg.tool_timeout_s)
+    tools = ToolRunner(sandbox or Sandbox(catalog, math=math.evaluate), cfg.tool_timeout_s, workers=cfg.concurrency)
 
     async def one(problem: Problem, sample: int) -> Episode:
-        async with gate:
-            seed = episode_seed(cfg.seed, problem.problem_id, sample)
-            episode = await run_episode(client, model, problem, sandbox, cfg, seed, sample)
-            if judge is not None and episode.end_reason not in _ALWAYS_FAIL:
-                episode.reasoning_score = await judge.grade(episode)
+        seed = 0
+        try:
+            async with gate:
+                seed = episode_seed(cfg.seed, problem.problem_id, sample)
+                episode = await run_episode(client, model, problem, tools, cfg, seed, sample)
+                if judge is not None and episode.end_reason not in _ALWAYS_FAIL:
+                    episode.reasoning_score = await judge.grade(episode)
+        except Exception as exc:  # one broken episode never loses the evaluation
+            episode = _failed_episode(problem, model, seed, sample, exc)
         if on_episode is not None:
             on_episode(episode)
         return episode
@@ -382,6 +365,8 @@ async def evaluate_async(endpoint: str, model: str, problems: Sequence[Problem],
         episodes = list(await asyncio.gather(*(one(p, s) for p in problems for s in range(cfg.samples))))
     finally:
         await client.close()
+        tools.close()
+        math.close()
     return EvalResult(model, endpoint, eval_run_id or default_eval_run_id(model, problems, cfg), episodes,
                       compute_metrics(episodes), error_summary(episodes), asdict(cfg), time.monotonic() - started)
 

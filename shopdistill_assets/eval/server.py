@@ -4,13 +4,19 @@ Standard library only (`ThreadingHTTPServer`): no dependency, and one thread per
 is plenty for a scripted policy or a tiny CPU model. It speaks HTTP/1.1 keep-alive so the
 evaluation's client reuses connections. Endpoints: `GET /v1/models` (answers once the server
 is bound, which happens only after the policy is built), `POST /v1/chat/completions`
-(non-streaming). A bad request gets a 400 JSON error; a policy failure a 500; the server
-never dies on a request.
+(non-streaming). A bad request gets a 4xx JSON error (a bad or negative Content-Length, a body
+over the cap, JSON nested too deep, numbers out of range: 400, 411, 413), a body that arrives
+too slowly a 408, a policy failure or an unserializable reply a 500; the server never dies on a
+request. Every connection has a socket timeout and every body a total deadline, so slow or
+silent clients cannot pin the server's threads.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
 import threading
 import time
 import urllib.request
@@ -23,6 +29,9 @@ from shopdistill_assets.core.tokens import estimate_tokens
 from shopdistill_assets.eval.policies import Policy
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+CLIENT_TIMEOUT_S = 30.0  # per socket read or write: a silent client frees its thread
+BODY_TIMEOUT_S = 60.0  # for a whole request body, however it trickles in
+_LENGTH = re.compile(r"\d{1,19}")
 
 
 class PolicyRequestError(ValueError):
@@ -44,8 +53,12 @@ def _number(body: dict[str, Any], key: str, kind: type) -> Any:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PolicyRequestError(f"'{key}' must be a {kind.__name__}")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise PolicyRequestError(f"'{key}' is out of range")
+    if isinstance(value, float) and (not math.isfinite(value) or (kind is int and not value.is_integer())):
+        raise PolicyRequestError(f"'{key}' must be a finite {kind.__name__}")
     return kind(value)
 
 
@@ -101,15 +114,25 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
         pass
 
+    def setup(self) -> None:
+        self.timeout = self.server.client_timeout_s  # StreamRequestHandler sets it on the socket
+        super().setup()
+
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
+        self._send_raw(status, json.dumps(payload).encode())
+
+    def _send_raw(self, status: int, data: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def _error(self, status: int, message: str, kind: str = "invalid_request_error", close: bool = False) -> None:
+        # close when the body was not (fully) read: its bytes must not be taken for the next request
+        self.close_connection = self.close_connection or close
         self._send(status, {"error": {"message": message, "type": kind, "code": status}})
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -123,24 +146,59 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-            self._error(404, f"no route {self.path[:100]}")
+            self._error(404, f"no route {self.path[:100]}", close=True)
             return
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            self._error(411, "Content-Length required")
+        length = self._content_length()
+        raw = self._read_body(length) if length is not None else None
+        if raw is None:
             return
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._error(413, "request body too large")
-            return
-        raw = self.rfile.read(length)
         try:
             request = parse_chat_request(json.loads(raw))
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._error(400, str(exc) if isinstance(exc, PolicyRequestError) else f"invalid JSON body: {exc}")
+        except PolicyRequestError as exc:
+            self._error(400, str(exc))
+            return
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            self._error(400, f"invalid JSON body: {type(exc).__name__}: {str(exc)[:200]}")
             return
         self._respond(request, raw)
+
+    def _content_length(self) -> int | None:
+        """The body length, or None after answering a request that gives no usable one."""
+        if self.headers.get("Transfer-Encoding"):
+            self._error(400, "chunked request bodies are not supported: send Content-Length", close=True)
+            return None
+        values = self.headers.get_all("Content-Length") or []
+        if not values:
+            self._error(411, "Content-Length required", close=True)
+            return None
+        if len(values) > 1 or not _LENGTH.fullmatch(values[0].strip()):
+            self._error(400, "Content-Length must be one non-negative integer", close=True)
+            return None
+        length = int(values[0])
+        if length > MAX_BODY_BYTES:
+            self._error(413, "request body too large", close=True)
+            return None
+        return length
+
+    def _read_body(self, length: int) -> bytes | None:
+        """The whole body within the body deadline, or None after answering 400 / 408."""
+        deadline = time.monotonic() + self.server.body_timeout_s
+        chunks, got = [], 0
+        while got < length:
+            if time.monotonic() > deadline:
+                self._error(408, "request body too slow", close=True)
+                return None
+            try:
+                chunk = self.rfile.read1(min(1 << 20, length - got))
+            except TimeoutError:
+                self._error(408, "request body timed out", close=True)
+                return None
+            if not chunk:
+                self._error(400, f"incomplete body: {got} of {length} bytes", close=True)
+                return None
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
 
     def _respond(self, request: ChatRequest, raw: bytes) -> None:
         if self.server.latency_s:
@@ -156,18 +214,33 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a policy bug must not take the server down
             self._error(500, f"policy failed: {type(exc).__name__}: {exc}"[:500], "server_error")
             return
-        self._send(200, completion_response(dict(message), request.model or self.server.model_name, raw.decode("utf-8", "replace")))
+        try:
+            reply = completion_response(dict(message), request.model or self.server.model_name,
+                                        raw.decode("utf-8", "replace"))
+            data = json.dumps(reply)
+        except (TypeError, ValueError, RecursionError) as exc:
+            self._error(500, f"policy reply is not a chat message: {type(exc).__name__}", "server_error")
+            return
+        self._send_raw(200, data.encode())
 
 
 class _PolicyHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # bursts of concurrent episodes connect at once
 
-    def __init__(self, address: tuple[str, int], policy: Policy, model_name: str, latency_s: float) -> None:
+    def __init__(self, address: tuple[str, int], policy: Policy, model_name: str, latency_s: float,
+                 client_timeout_s: float = CLIENT_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         super().__init__(address, _Handler)
         self.policy = policy
         self.model_name = model_name
         self.latency_s = latency_s
+        self.client_timeout_s = client_timeout_s
+        self.body_timeout_s = body_timeout_s
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client that went away or went silent
+            return
+        super().handle_error(request, client_address)
 
 
 @dataclass
@@ -198,10 +271,11 @@ class RunningServer:
 
 
 def serve(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str | None = None,
-          latency_ms: float = 0.0) -> RunningServer:
+          latency_ms: float = 0.0, client_timeout_s: float = CLIENT_TIMEOUT_S,
+          body_timeout_s: float = BODY_TIMEOUT_S) -> RunningServer:
     """Start serving `policy` in a daemon thread (port 0 picks a free port); returns at once."""
     name = model_name or getattr(policy, "name", "shopdistill-policy")
-    httpd = _PolicyHTTPServer((host, port), policy, name, latency_ms / 1000.0)
+    httpd = _PolicyHTTPServer((host, port), policy, name, latency_ms / 1000.0, client_timeout_s, body_timeout_s)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
                               name=f"shopdistill-serve-{httpd.server_address[1]}")
     thread.start()

@@ -52,9 +52,9 @@ class ScoreResult:
 
 
 def parse_product_ids(value: Any) -> list[str]:
-    """Comma-split, strip, de-duplicate (order kept). Lists are accepted too."""
-    if isinstance(value, list):
-        parts = [str(v) for v in value if v is not None]
+    """Comma-split, strip, de-duplicate (order kept). Lists of ids are accepted too."""
+    if isinstance(value, list):  # ids are scalars: nested lists or objects name no product
+        parts = [str(v) for v in value if isinstance(v, (str, int)) and not isinstance(v, bool)]
     elif isinstance(value, (str, int)):
         parts = str(value).split(",")
     else:

@@ -1,17 +1,20 @@
 """The sandbox: ShoppingBench tools over a catalog, with their argument rules.
 
-`Sandbox.call(name, arguments)` never raises on bad input: a rule violation or an unknown tool
-comes back as `ToolResult(ok=False, error=...)`, which is what an agent sees as the tool's
-answer.
+`Sandbox.call(name, arguments)` never raises on bad input: a rule violation, an unknown tool or
+arguments no tool can use (wrong types, non-finite numbers, deep nesting) come back as
+`ToolResult(ok=False, error=...)`, which is what an agent sees as the tool's answer.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from shopdistill_assets.sandbox.catalog import SERVICES, Catalog
+from shopdistill_assets.sandbox.math_worker import MathTimeout
 from shopdistill_assets.sandbox.safe_math import UnsafeExpression, evaluate
 from shopdistill_assets.sandbox.scorer import parse_product_ids, voucher_total
 from shopdistill_assets.sandbox.search import MAX_PAGE, SORTS, SearchIndex
@@ -76,12 +79,20 @@ def parse_services(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-class Sandbox:
-    """The tools an agent may call, over one catalog and its search index."""
+def _local_math(code: object) -> str:
+    return str(evaluate(code))
 
-    def __init__(self, catalog: Catalog, index: SearchIndex | None = None) -> None:
+
+class Sandbox:
+    """The tools an agent may call, over one catalog and its search index. `math` evaluates
+    `python_execute` code: in this process by default, in worker processes under a hard deadline
+    when given `MathWorkers.evaluate` (the evaluation does)."""
+
+    def __init__(self, catalog: Catalog, index: SearchIndex | None = None,
+                 math: Callable[[object], str] | None = None) -> None:
         self.catalog = catalog
         self.index = index or SearchIndex(catalog)
+        self.math = math or _local_math
         self._handlers = {
             "find_product": self._tool_find_product,
             "view_product_information": self._tool_view_product_information,
@@ -101,6 +112,9 @@ class Sandbox:
             return ToolResult(True, result=handler(arguments))
         except ToolArgumentError as exc:
             return ToolResult(False, error=str(exc))
+        except (TypeError, ValueError, ArithmeticError, RecursionError, LookupError) as exc:
+            # hostile arguments the rules above did not foresee: the agent's error, not ours
+            return ToolResult(False, error=f"{name} cannot use these arguments ({type(exc).__name__})")
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -157,6 +171,9 @@ class Sandbox:
             raise ToolArgumentError("unknown product id in product_ids")
         prices = [p["price"] for p in products]
         voucher = {k: args.get(k) for k in ("voucher_type", "threshold", "discount_type", "face_value", "discount", "cap")}
+        for key in ("threshold", "face_value", "discount", "cap"):
+            if voucher[key] is not None and not _finite_number(voucher[key]):
+                raise ToolArgumentError(f"{key} must be a finite number")
         voucher["voucher_type"] = voucher["voucher_type"] or "platform"
         after = voucher_total(prices, [p["shop_id"] for p in products], voucher)
         return {
@@ -167,6 +184,19 @@ class Sandbox:
 
     def _tool_python_execute(self, args: dict[str, Any]) -> str:
         try:
-            return str(evaluate(args.get("code")))
+            return self.math(args.get("code"))
         except UnsafeExpression as exc:
             raise ToolArgumentError(f"python_execute only evaluates arithmetic: {exc}") from None
+        except MathTimeout as exc:
+            raise ToolArgumentError(f"python_execute timed out: {exc}") from None
+
+
+def _finite_number(value: Any) -> bool:
+    """A number (or numeric text: some agents send "170") that is finite and of a price's size."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return False
+    return math.isfinite(number) and abs(number) <= 1e15
