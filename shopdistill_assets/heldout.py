@@ -30,6 +30,22 @@ def heldout_row(truth: Problem, problem_key: str, leak_cluster_id: str) -> dict:
     return {**row, "problem_id": problem_key, "suite_problem_id": truth.problem_id, "leak_cluster_id": leak_cluster_id}
 
 
+class GroundTruth:
+    """Suite problems (with ground truth) found for the problems a leak_clusters day files: by the
+    problem's key when a suite uses the same id, else by the exact text key of its query. The one
+    rule both the held-out set and the train-side rollout problems use."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        from shopdistill_assets.core.canonical import text_key
+
+        self._text_key = text_key
+        self.by_id = {p.problem_id: p for p in problems}
+        self.by_text = {text_key(p.query): p for p in problems}
+
+    def find(self, problem_key: str, query: str) -> Problem | None:
+        return self.by_id.get(problem_key) or self.by_text.get(self._text_key(query))
+
+
 def rows_to_problems(rows: list[dict]) -> list[Problem]:
     out = []
     for row in rows:

@@ -33,7 +33,7 @@ from dagster import (
 from pydantic import Field
 
 from resources.lake import LakeResource
-from shopdistill_assets.core.canonical import canonical_version, text_key
+from shopdistill_assets.core.canonical import canonical_version
 from shopdistill_assets.core.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.core.decontaminate import PublicTestSet
 from shopdistill_assets.core.identity import problem_keys
@@ -41,7 +41,7 @@ from shopdistill_assets.core.leak_clusters import LeakConfig
 from shopdistill_assets.core.leak_replay import LeakState, build_state, day_problems
 from shopdistill_assets.core.snapshots import file_sha256, latest_per_trace, sample_mask
 from shopdistill_assets.corpus import gated_traces, normalized_traces
-from shopdistill_assets.heldout import HELDOUT_COLUMNS, heldout_row
+from shopdistill_assets.heldout import HELDOUT_COLUMNS, GroundTruth, heldout_row
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.train.rows import with_structured_messages
@@ -246,15 +246,13 @@ def heldout_eval_set(context: AssetExecutionContext, config: HeldoutConfig, lake
     leak = lake.read_day("leak_clusters", day)
     suite_paths = config.suites or [str(project_home() / "arena" / "suites")]
     truth = [p for path in suite_paths for p in load_problems(path)]
-    by_id = {p.problem_id: p for p in truth}
-    by_text = {text_key(p.query): p for p in truth}
+    ground_truth = GroundTruth(truth)
     chosen, missing = [], 0
     heldout = leak.filter(pl.col("side") == "heldout").sort(["leak_cluster_id", "first_day", "problem_id"])
     for cluster in heldout.partition_by("leak_cluster_id", maintain_order=True):
         # the first problem of the cluster with ground truth, found by its id or by its text
         match, leak_problem = next(((m, r["problem_id"]) for r in cluster.iter_rows(named=True)
-                                    if (m := by_id.get(r["problem_id"]) or by_text.get(text_key(r["query"])))),
-                                   (None, None))
+                                    if (m := ground_truth.find(r["problem_id"], r["query"]))), (None, None))
         if match is None:
             missing += 1
             continue

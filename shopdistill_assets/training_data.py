@@ -40,12 +40,11 @@ from pydantic import Field
 
 from resources.checkpoints import CheckpointStoreResource
 from resources.lake import LakeResource
-from shopdistill_assets.core.canonical import text_key
 from shopdistill_assets.core.checkpoint_store import CheckpointNotFound
 from shopdistill_assets.core.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.core.lineage import merge_files
-from shopdistill_assets.core.train_side import not_train_side, problem_sides
-from shopdistill_assets.heldout import problems_to_rows, rows_to_problems
+from shopdistill_assets.core.train_side import not_train_side
+from shopdistill_assets.heldout import HELDOUT_COLUMNS, GroundTruth, heldout_row, rows_to_problems
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.split import leak_clusters, train_corpus
 from shopdistill_assets.train import rows as train_rows
@@ -132,23 +131,28 @@ def train_problems(context: AssetExecutionContext, config: TrainProblemsConfig, 
     day = config.as_of_day or newest_leak_day(lake)
     leak = lake.read_day("leak_clusters", day)
     suite_paths = config.suites or [str(project_home() / "arena" / "suites")]
-    truth = [p for path in suite_paths for p in load_problems(Path(path))]
-    frame = pl.DataFrame(problems_to_rows(truth), schema={
-        "problem_id": pl.String, "query": pl.String, "category": pl.String, "difficulty": pl.String,
-        "reward_json": pl.String, "voucher_json": pl.String}).unique("problem_id", keep="first", maintain_order=True)
-    sided = problem_sides(frame, leak).filter(pl.col("side") == "train")
-    first_day = {text_key(q): d for q, d in leak.select("query", "first_day").iter_rows()}
-    sided = sided.with_columns(pl.Series("first_day", [first_day.get(text_key(q)) for q in sided["query"]],
-                                         dtype=pl.String)).sort(["leak_cluster_id", "problem_id"]).drop("side")
+    ground_truth = GroundTruth([p for path in suite_paths for p in load_problems(Path(path))])
+    train = leak.filter(pl.col("side") == "train").sort(["leak_cluster_id", "first_day", "problem_id"])
+    rows, seen = [], set()
+    for leak_problem, query, cluster, first_day in train.select(
+            "problem_id", "query", "leak_cluster_id", "first_day").iter_rows():
+        truth = ground_truth.find(leak_problem, query)
+        if truth is None or truth.problem_id in seen:  # one row per suite problem: its first phrasing
+            continue
+        seen.add(truth.problem_id)
+        # the problem under its one identity (the key leak_clusters files it under), as held-out rows are
+        rows.append({**heldout_row(truth, leak_problem, cluster), "first_day": first_day})
+    frame = pl.DataFrame(rows, schema={**dict.fromkeys(HELDOUT_COLUMNS, pl.String), "first_day": pl.String})
     if config.limit is not None:
-        sided = sided.head(config.limit)
-    days = sorted({d for d in sided["first_day"].to_list() if d})
-    manifest = {"as_of_day": day, "suites": suite_paths, "days": days, "firehose_files": firehose_inventory(lake, days),
-                "train_side_problems_in_split": int(leak.filter(pl.col("side") == "train").height)}
-    scratch = lake.scratch_dir()
-    version, folder, digest = write_training_snapshot(lake, "train_problems", sided.to_arrow(), manifest, scratch)
-    return _snapshot_result(version, folder, digest, sided.height, as_of_day=day,
-                            train_side_problems_in_split=manifest["train_side_problems_in_split"])
+        frame = frame.head(config.limit)
+    days = sorted({d for d in frame["first_day"].to_list() if d})
+    manifest = {"as_of_day": day, "leak_clusters_day": day, "suites": suite_paths, "days": days,
+                "firehose_files": firehose_inventory(lake, days), "train_side_problems_in_split": train.height}
+    version, folder, digest = write_training_snapshot(lake, "train_problems", frame.to_arrow(), manifest,
+                                                      lake.scratch_dir())
+    return _snapshot_result(version, folder, digest, frame.height, as_of_day=day,
+                            train_side_problems_in_split=train.height,
+                            without_ground_truth=train.height - len(seen))
 
 
 # -- rollouts -----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Which side of the leak split a problem is on, for rows of training inputs.
 
 A training row names its problem by (problem_id, query). It is on the train side only when
-the newest `leak_clusters` day files it (by the index's problem key, or failing that by the
-exact-duplicate text key of its query) under a cluster whose side is `train`. Anything else
+the newest `leak_clusters` day files it (by its one identity, `core.identity.problem_key`, or
+failing that by the exact-duplicate text key of its query: a suite id the firehose did not use)
+under a cluster whose side is `train`. Anything else
 (`heldout`, `excluded`, or a problem the index never saw: `unknown`) must not be trained on.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from shopdistill_assets.core.canonical import text_key
-from shopdistill_assets.core.leak_clusters import problem_key
+from shopdistill_assets.core.identity import problem_key
 
 
 def problem_sides(problems: pl.DataFrame, leak: pl.DataFrame) -> pl.DataFrame:
