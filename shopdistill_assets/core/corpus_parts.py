@@ -13,9 +13,10 @@ exactly one of gated_traces, subtask_traces, rejected_traces. Memory is bounded 
 batches of at most BATCH_ROWS lines / BATCH_BYTES bytes, a row group of each output.
 
 Row groups reproduce the stage-by-stage layout (core/corpus_reference.py) so both give the
-same bytes: a trace table's row group is the rows of one BATCH_ROWS-row slice of its input
-table (normalized: the file's traces before dedupe; agentic, subtask: normalized; gated:
-agentic); the ledger comes in row groups of LEDGER_GROUP_ROWS rows.
+same bytes: a trace table's row group is the rows of one slice of its input
+table (ROW_GROUP_ROWS rows; normalized: the file's traces before dedupe; agentic, subtask:
+normalized; gated: agentic); the ledger comes in row groups of LEDGER_GROUP_ROWS rows. Neither
+depends on how lines were batched.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from .normalize import LedgerRow, ledger_row, superseded_detail
 from .reasons import Reason, Rejection
 from .recency import latest_copy
 
-BATCH_ROWS = 2_000
+ROW_GROUP_ROWS = 2_000  # the trace tables' layout (see the module doc); not a batch size
+BATCH_ROWS = 2_000  # lines decided at a time
 BATCH_BYTES = 8 * 1024 * 1024  # raw bytes of a batch of lines: rejected lines' text is held per batch only
 LEDGER_GROUP_ROWS = 1024  # a ledger row keeps up to 64 KiB of raw line: row groups stay <= ~64 MiB
 # Intermediate parts are written uncompressed (fast); the lake's parts are zstd.
@@ -286,7 +288,7 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: dict[i
     groups = {}
     for name, mask in (("trace", trace), ("normalized", normalized), ("agentic", agentic)):
         start = getattr(at, name)
-        groups[name] = (start + np.cumsum(mask) - 1) // BATCH_ROWS  # row group of each row in that table's input
+        groups[name] = (start + np.cumsum(mask) - 1) // ROW_GROUP_ROWS  # row group of each row in that table's input
         setattr(at, name, start + int(mask.sum()))
     canonical = table.select(list(CANONICAL_SCHEMA.names))
     structural = table.select(list(STRUCTURAL_SCHEMA.names))

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .corpus_parts import (
-    BATCH_ROWS,
     FINAL_OPTIONS,
     LEDGER_GROUP_ROWS,
+    ROW_GROUP_ROWS,
     STAGING_OPTIONS,
     corrupt_ledger_row,
     oversize_ledger_row,
@@ -63,7 +63,7 @@ class _ArrowWriter:
 
     def add(self, row: dict) -> None:
         self._pending.append(row)
-        if len(self._pending) >= BATCH_ROWS:
+        if len(self._pending) >= ROW_GROUP_ROWS:
             self._flush()
 
     def _flush(self) -> None:
@@ -119,7 +119,7 @@ def normalize_part(day: str, name: str, open_chunks: Callable[[], Iterable[bytes
                 end = FileEnd(Reason.CORRUPT_FILE, unit["detail"], b"")
         else:
             lines.append(unit)
-            if len(lines) >= BATCH_ROWS:
+            if len(lines) >= ROW_GROUP_ROWS:
                 flush_lines()
     flush_lines()
     if end is None:
@@ -158,7 +158,7 @@ def _decide_batches(in_path: Path, columns: list[str]) -> Iterator[tuple[pa.Reco
     """(whole batch, its rows holding only `columns` + identity)."""
     parquet = pq.ParquetFile(in_path)
     wanted = list(dict.fromkeys([*_IDENTITY, *columns]))
-    for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+    for batch in parquet.iter_batches(batch_size=ROW_GROUP_ROWS):
         yield batch, batch.select(wanted).to_pylist()
 
 
@@ -233,6 +233,7 @@ def write_ledger(rows: list[LedgerRow], files: list[str], paths: list[Path]) -> 
         by_file[row["source_file"]].append(row)
     for name, path in zip(files, paths):
         part = sorted(by_file[name], key=lambda r: (r["source_line"], r["stage"]))
-        pq.write_table(pa.Table.from_pylist(part, LEDGER_SCHEMA), path, row_group_size=LEDGER_GROUP_ROWS,
-                       **FINAL_OPTIONS)
+        with pq.ParquetWriter(path, LEDGER_SCHEMA, **FINAL_OPTIONS) as writer:
+            if part:  # an empty part has no row group at all
+                writer.write_table(pa.Table.from_pylist(part, LEDGER_SCHEMA), row_group_size=LEDGER_GROUP_ROWS)
     return len(rows)
