@@ -471,3 +471,87 @@ def test_lake_on_s3_conserves_and_matches_the_local_lake(corpus, moto_s3, tmp_pa
             assert s3.get_object(Bucket="corpus-lake", Key=key)["Body"].read() == path.read_bytes(), key
     leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert not leftovers, f"an S3 lake run left {len(leftovers)} downloaded parts in local scratch: {leftovers[:4]}"
+
+
+# ---- the Dagster shape: one step, five tables, conservation on each ---------------------------------
+
+
+def test_the_five_tables_are_one_step_that_cannot_be_subset(tiny_day, tmp_path):
+    from shopdistill_assets.corpus import TABLES, conservation, corpus
+
+    assert sorted(k.to_user_string() for k in corpus.keys) == sorted(TABLES)
+    assert corpus.can_subset is False
+    assert set(corpus.code_versions_by_key.values()) == {CODE_VERSION}
+    assert sorted((s.key.asset_key.to_user_string(), s.blocking) for s in conservation.check_specs) == \
+        sorted((t, True) for t in TABLES)
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    # One table alone cannot be re-run (with another config, it would no longer add up with the rest).
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        dg.materialize([*CORPUS_ASSETS, *CORPUS_CHECKS], partition_key=tiny_day.day, selection=["gated_traces"],
+                       resources={"firehose": firehose, "lake": lake}, instance=dg.DagsterInstance.ephemeral(),
+                       run_config=QUIET)
+    assert "does not support subsetting" in str(refused.value.__cause__)
+
+
+def test_a_failed_conservation_check_blocks_what_follows(tiny_day, tmp_path, monkeypatch):
+    import shopdistill_assets.corpus as corpus_module
+    from shopdistill_assets.split import leak_clusters
+
+    real = corpus_module.count_units
+    monkeypatch.setattr(corpus_module, "count_units", lambda *a, **k: real(*a, **k) + 1)  # one line unaccounted
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS, leak_clusters], partition_key=tiny_day.day,
+                            resources={"firehose": firehose, "lake": lake}, instance=dg.DagsterInstance.ephemeral(),
+                            run_config=QUIET, raise_on_error=False)
+    evaluations = [e for e in result.get_asset_check_evaluations() if e.check_name == "conservation"]
+    assert len(evaluations) == 5 and not any(e.passed for e in evaluations)
+    assert "7 lines read but 6 rows accounted" not in evaluations[0].description  # the real recount is 7
+    assert "8 lines read but 7 rows accounted" in evaluations[0].description
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "leak_clusters" not in materialized and "gated_traces" in materialized
+
+
+# ---- the files read are raw_firehose's inventory ------------------------------------------------------
+
+
+def test_the_day_reads_the_inventory_not_a_fresh_listing(tiny_day, tmp_path):
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    run_corpus(tiny_day.day, firehose, lake, assets=[raw_firehose])
+    (tiny_day.folder / "part-002-late.jsonl").write_bytes(tiny_day.lines["part-001.jsonl"][0])  # after the inventory
+
+    result = run_corpus(tiny_day.day, firehose, lake, assets=[*CORPUS_ASSETS, *CORPUS_CHECKS])
+
+    assert result.success and check_result(result).passed
+    assert check_result(result).metadata["lines_read"].value == 7
+    assert not set(lake.read_day("rejected_traces", tiny_day.day)["source_file"]) & {"part-002-late.jsonl"}
+    (meta,) = [e.step_materialization_data.materialization.metadata for e in result.get_asset_materialization_events()
+               if e.asset_key.to_user_string() == "normalized_traces"]
+    assert meta["files"].value == 2 and meta["files_not_inventoried"].value == 1
+
+
+def test_a_file_changed_since_the_inventory_fails_the_day(tiny_day, tmp_path):
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    run_corpus(tiny_day.day, firehose, lake, assets=[raw_firehose])
+    (tiny_day.folder / "part-001.jsonl").write_bytes(b"".join(tiny_day.lines["part-001.jsonl"][:2]))
+
+    result = dg.materialize([*CORPUS_ASSETS], partition_key=tiny_day.day, resources={"firehose": firehose, "lake": lake},
+                            instance=dg.DagsterInstance.ephemeral(), run_config=QUIET, raise_on_error=False)
+
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "part-001.jsonl changed since raw_firehose inventoried it" in message and "re-run raw_firehose" in message
+    assert not lake.has_day("gated_traces", tiny_day.day)
+
+
+def test_a_day_without_an_inventory_says_what_to_run(tiny_day, tmp_path):
+    result = dg.materialize([*CORPUS_ASSETS], partition_key=tiny_day.day,
+                            resources={"firehose": FirehoseResource(root=str(tiny_day.root)),
+                                       "lake": LakeResource(root=str(tmp_path / "lake"))},
+                            instance=dg.DagsterInstance.ephemeral(), run_config=QUIET, raise_on_error=False)
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert f"materialize raw_firehose for {tiny_day.day} first" in failure.step_failure_data.user_failure_data.description
