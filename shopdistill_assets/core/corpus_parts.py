@@ -190,15 +190,19 @@ class _GroupWriter:
         self._group: int | None = None
         self._pending: list[pa.Table] = []
 
-    def add(self, table: pa.Table, groups: np.ndarray) -> None:
-        if not table.num_rows:
+    def add(self, table: pa.Table, rows: np.ndarray, groups: np.ndarray) -> None:
+        """Append rows `rows` (ascending indexes into `table`) with their row-group numbers.
+
+        Runs of consecutive rows of one group go in as zero-copy slices: the only copy is the
+        one that makes a row group a single chunk."""
+        if not len(rows):
             return
-        starts = np.flatnonzero(np.diff(groups)) + 1
-        for start, stop in zip([0, *starts], [*starts, len(groups)]):
+        cuts = np.flatnonzero((np.diff(rows) != 1) | (np.diff(groups) != 0)) + 1
+        for start, stop in zip([0, *cuts], [*cuts, len(rows)]):
             if groups[start] != self._group:
                 self._flush()
                 self._group = int(groups[start])
-            self._pending.append(table.slice(start, stop - start))
+            self._pending.append(table.slice(int(rows[start]), int(stop - start)))
 
     def _flush(self) -> None:
         if self._pending:
@@ -267,7 +271,8 @@ def split_file(staged: StagedFile, superseded: dict[int, str], day: str, outs: d
                 ledger = _corrupt_rows(batch, staged.end, day, staged.name)
             else:
                 ledger = _split_batch(batch, loser_lines, superseded, writers, at)
-            writers["rejected_traces"].add(ledger, (at.ledger + np.arange(ledger.num_rows)) // LEDGER_GROUP_ROWS)
+            writers["rejected_traces"].add(ledger, np.arange(ledger.num_rows),
+                                           (at.ledger + np.arange(ledger.num_rows)) // LEDGER_GROUP_ROWS)
             at.ledger += ledger.num_rows
             result.reasons.update(zip(ledger.column("stage").to_pylist(), ledger.column("reason").to_pylist()))
     result.outputs = {name: w.close() for name, w in writers.items()}
@@ -292,9 +297,10 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: dict[i
         setattr(at, name, start + int(mask.sum()))
     canonical = table.select(list(CANONICAL_SCHEMA.names))
     structural = table.select(list(STRUCTURAL_SCHEMA.names))
-    writers["normalized_traces"].add(canonical.filter(pa.array(normalized)), groups["trace"][normalized])
-    writers["agentic_traces"].add(structural.filter(pa.array(agentic)), groups["normalized"][agentic])
-    writers["subtask_traces"].add(structural.filter(pa.array(subtask)), groups["normalized"][subtask])
-    writers["gated_traces"].add(structural.filter(pa.array(gated)), groups["agentic"][gated])
+    for name, source, mask, group in (("normalized_traces", canonical, normalized, "trace"),
+                                      ("agentic_traces", structural, agentic, "normalized"),
+                                      ("subtask_traces", structural, subtask, "normalized"),
+                                      ("gated_traces", structural, gated, "agentic")):
+        writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
     ledger = ~(gated | subtask)
     return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], details)
