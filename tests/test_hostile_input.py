@@ -188,7 +188,7 @@ def test_rejected_lines_are_streamed_to_the_ledger_not_held(tmp_path):
     tracemalloc.start()
     try:
         staged = parts.stage_file(file.name, firehose.day_file_chunks(file), DAY, DecideConfig(), tmp_path / "s.arrow")
-        split = parts.split_file(staged, {}, DAY, outs)
+        split = parts.split_file(staged, parts.SUPERSEDED_SCHEMA.empty_table(), DAY, outs)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -301,5 +301,5 @@ def test_latest_upload_wins_by_one_rule_everywhere(tmp_path):
 
     staged = [corpus_parts.stage_file(n, [(tmp_path / n).read_bytes()], DAY, DecideConfig(), tmp_path / f"{n}.arrow")
               for n in ("a.jsonl", "b.jsonl")]
-    assert corpus_parts.superseded_day(staged) == [{}, {1: "superseded by a.jsonl:1 (updated_at "
-                                                          "2026-11-30T10:00:00.500000Z vs 2026-11-30T10:00:00Z)"}]
+    assert [t.to_pylist() for t in corpus_parts.superseded_day(staged)] == [[], [{"source_line": 1, "detail": (
+        "superseded by a.jsonl:1 (updated_at 2026-11-30T10:00:00.500000Z vs 2026-11-30T10:00:00Z)")}]]

@@ -42,7 +42,7 @@ from .decide import (
     decide_lines,
 )
 from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
-from .normalize import LedgerRow, ledger_row, superseded_detail
+from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
 from .recency import latest_copy
 
@@ -58,6 +58,7 @@ FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, 
 TABLES = ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces")
 _PRE_TRACE = pa.array(["read", "normalize"])  # stages that stop a line before it is a trace
 _KEY_COLUMNS = ["trace_id", "updated_at_us", "updated_at", "source_line"]
+SUPERSEDED_SCHEMA = pa.schema([("source_line", pa.int64()), ("detail", pa.string())])
 
 Decide = Callable[[str, int, Sequence[bytes], str, DecideConfig], pa.RecordBatch]
 
@@ -156,26 +157,23 @@ def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, 
 # ---- the day -----------------------------------------------------------------------------
 
 
-def superseded_day(staged: Sequence[StagedFile]) -> list[dict[int, str]]:
-    """Per staged file: source_line -> the `superseded` detail, for every trace copy that a
-    later copy of the same trace (anywhere in the day) beat."""
+def superseded_day(staged: Sequence[StagedFile]) -> list[pa.Table]:
+    """Per staged file: the trace copies that a later copy of the same trace (anywhere in the
+    day) beat, as a table (source_line, detail) sorted by line; detail is the ledger's text."""
     frames = [pl.from_arrow(s.keys).with_columns(source_file=pl.lit(s.name, pl.String), file=pl.lit(i))
               for i, s in enumerate(staged) if s.keys is not None and s.keys.num_rows]
-    out: list[dict[int, str]] = [{} for _ in staged]
+    empty = pl.DataFrame(schema={"source_line": pl.Int64, "detail": pl.String})
     if not frames:
-        return out
+        return [SUPERSEDED_SCHEMA.empty_table() for _ in staged]
     keys = pl.concat(frames)
     keys = keys.with_columns(latest=latest_copy(keys)).with_row_index("row")
-    losers = keys.filter(pl.col("latest") != pl.col("row"))
-    if losers.height:
-        winners = keys.select("row", "source_file", "source_line", "updated_at")
-        pairs = losers.select("file", "source_line", "updated_at", "latest").join(
-            winners, left_on="latest", right_on="row", suffix="_w")
-        for file, line, updated, w_file, w_line, w_updated in pairs.select(
-                "file", "source_line", "updated_at", "source_file", "source_line_w", "updated_at_w").iter_rows():
-            out[file][line] = superseded_detail({"source_file": w_file, "source_line": w_line,
-                                                 "updated_at": w_updated}, {"updated_at": updated})
-    return out
+    winners = keys.select("row", w_file="source_file", w_line="source_line", w_updated="updated_at")
+    losers = keys.filter(pl.col("latest") != pl.col("row")).join(winners, left_on="latest", right_on="row").select(
+        "file", "source_line", detail=pl.format(  # normalize.superseded_detail, column-wise ("None" for no time)
+            "superseded by {}:{} (updated_at {} vs {})", "w_file", "w_line", pl.col("w_updated").fill_null("None"),
+            pl.col("updated_at").fill_null("None")))
+    by_file = losers.sort("file", "source_line").partition_by("file", as_dict=True, include_key=False)
+    return [by_file.get((i,), empty).to_arrow().cast(SUPERSEDED_SCHEMA) for i in range(len(staged))]
 
 
 # ---- split -------------------------------------------------------------------------------
@@ -236,19 +234,18 @@ class _Counters:
     ledger: int = 0
 
 
-def _ledger_table(rows: pa.RecordBatch, superseded: np.ndarray, details: dict[int, str]) -> pa.Table:
+def _ledger_table(rows: pa.RecordBatch, superseded: np.ndarray, loser_lines: np.ndarray,
+                  details: pa.ChunkedArray) -> pa.Table:
     """Ledger rows from decided rows; superseded traces get their dedupe verdict."""
     table = pa.Table.from_batches([rows]).select(list(LEDGER_SCHEMA.names))
     if superseded.any():
-        lines = rows.column("source_line").to_pylist()
         sup = pa.array(superseded)
-        detail = pa.array([details.get(n) if s else None for n, s in zip(lines, superseded)], pa.string())
-        table = table.set_column(table.schema.get_field_index("stage"), "stage",
-                                 pc.if_else(sup, pa.scalar("dedupe"), table["stage"]))
-        table = table.set_column(table.schema.get_field_index("reason"), "reason",
-                                 pc.if_else(sup, pa.scalar(str(Reason.SUPERSEDED)), table["reason"]))
-        table = table.set_column(table.schema.get_field_index("detail"), "detail",
-                                 pc.if_else(sup, detail, table["detail"]))
+        at = np.searchsorted(loser_lines, rows.column("source_line").to_numpy())  # loser_lines is sorted
+        detail = pc.if_else(sup, details.take(pa.array(np.minimum(at, len(loser_lines) - 1))), table["detail"])
+        for column, value in (("stage", pa.scalar("dedupe")), ("reason", pa.scalar(str(Reason.SUPERSEDED))),
+                              ("detail", detail)):
+            verdict = value if column == "detail" else pc.if_else(sup, value, table[column])
+            table = table.set_column(table.schema.get_field_index(column), column, verdict)
     return table
 
 
@@ -258,19 +255,20 @@ def _corrupt_rows(batch: pa.RecordBatch, end: FileEnd, day: str, name: str) -> p
     return pa.Table.from_pylist(rows, LEDGER_SCHEMA)
 
 
-def split_file(staged: StagedFile, superseded: dict[int, str], day: str, outs: dict[str, Path]) -> SplitResult:
+def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[str, Path]) -> SplitResult:
     """Staged rows of one file -> one Parquet part per table in TABLES (paths in `outs`)."""
     writers = {name: _GroupWriter(outs[name], STRUCTURAL_SCHEMA if name in ("agentic_traces", "subtask_traces",
                "gated_traces") else CANONICAL_SCHEMA if name == "normalized_traces" else LEDGER_SCHEMA)
                for name in TABLES}
     result, at = SplitResult(), _Counters()
-    loser_lines = np.fromiter(superseded, dtype=np.int64, count=len(superseded))
+    loser_lines = superseded.column("source_line").to_numpy()
+    details = superseded.column("detail")
     with pa.OSFile(str(staged.path), "rb") as source, pa.ipc.open_stream(source) as batches:
         for batch in batches:
             if staged.corrupt:
                 ledger = _corrupt_rows(batch, staged.end, day, staged.name)
             else:
-                ledger = _split_batch(batch, loser_lines, superseded, writers, at)
+                ledger = _split_batch(batch, loser_lines, details, writers, at)
             writers["rejected_traces"].add(ledger, np.arange(ledger.num_rows),
                                            (at.ledger + np.arange(ledger.num_rows)) // LEDGER_GROUP_ROWS)
             at.ledger += ledger.num_rows
@@ -279,7 +277,7 @@ def split_file(staged: StagedFile, superseded: dict[int, str], day: str, outs: d
     return result
 
 
-def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: dict[int, str],
+def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.ChunkedArray,
                  writers: dict[str, _GroupWriter], at: _Counters) -> pa.Table:
     """Route one staged batch to the trace tables; returns its ledger rows."""
     trace = _trace_mask(batch).to_numpy(zero_copy_only=False)
@@ -303,4 +301,4 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: dict[i
                                       ("gated_traces", structural, gated, "agentic")):
         writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
     ledger = ~(gated | subtask)
-    return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], details)
+    return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], loser_lines, details)
