@@ -104,8 +104,9 @@ def day_inventory(firehose: FirehoseResource, lake: LakeResource, day: str) -> t
         missing_day = ""
     gone = [r["file"] for r in inventory if r["file"] not in listed]
     if gone:
+        names = ", ".join(gone[:5]) + (" …" if len(gone) > 5 else "")
         raise Failure(description=f"day {day}: {len(gone)} file(s) inventoried by raw_firehose are no longer in the "
-                                  f"firehose ({', '.join(gone[:5])}{' …' if len(gone) > 5 else ''}){'; ' + missing_day if missing_day else ''}: "
+                                  f"firehose ({names}{'; ' + missing_day if missing_day else ''}): "
                                   f"re-run raw_firehose for {day}", allow_retries=False)
     known = {r["file"] for r in inventory}
     return [(listed[r["file"]], r["sha256"]) for r in inventory], sorted(set(listed) - known)
@@ -121,7 +122,7 @@ def _stage_file(day: str, params: dict, file: FirehoseFile, sha256: str, out: Pa
     return staged
 
 
-def _split_file(staged: parts.StagedFile, superseded: dict, day: str, outs: dict) -> parts.SplitResult:
+def _split_file(staged: parts.StagedFile, superseded, day: str, outs: dict) -> parts.SplitResult:
     try:
         return parts.split_file(staged, superseded, day, outs)
     finally:

@@ -10,6 +10,7 @@ bounded time.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import random
 import time
@@ -30,7 +31,7 @@ from shopdistill_assets.sim import ArenaConfig, simulate
 
 DAY = "2026-11-02"
 N_LINES = 10_000
-SECONDS_PER_LINE = 2.0  # generous (a shared CI core); a quadratic path takes minutes on these lines
+SECONDS_PER_LINE = 1.0  # CPU; the slowest line takes milliseconds, a quadratic path minutes
 
 HOSTILE = [None, 0, -1, 2**63, -(2**63) - 1, 2**64, 1.5e300, -0.0, True, "", " ", "\u0000", "\ud7ff\ue000",
            "é" * 5000, "x" * 50_000, [], {}, [None], {"": None}, [[[]]], "2026-13-45T99:99:99Z",
@@ -197,8 +198,12 @@ def test_ten_thousand_hostile_lines(tmp_path):
     assert sum(split.outputs["gated_traces"] for split in splits) >= 300  # mutation leaves plenty of good traces
 
     slowest = 0.0
-    for n, line in enumerate(lines):  # each line alone, through the per-row function
-        start = time.perf_counter()
-        decide_line("f", n + 1, line, DAY, cfg)
-        slowest = max(slowest, time.perf_counter() - start)
-    assert slowest < SECONDS_PER_LINE, f"one line took {slowest:.2f} s"
+    gc.disable()  # a collection of the whole test process is no line's work
+    try:
+        for n, line in enumerate(lines):  # each line alone, through the per-row function
+            start = time.process_time()  # CPU time: a loaded CI machine does not slow it
+            decide_line("f", n + 1, line, DAY, cfg)
+            slowest = max(slowest, time.process_time() - start)
+    finally:
+        gc.enable()
+    assert slowest < SECONDS_PER_LINE, f"one line took {slowest:.2f} s of CPU"

@@ -126,7 +126,7 @@ def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, 
             if pending:
                 batch = decide(name, first, pending, day, cfg)
                 writer.write_batch(batch)
-                keys.append(batch.filter(_trace_mask(batch)).select(_KEY_COLUMNS))
+                keys.append(batch.select(_KEY_COLUMNS).filter(_trace_mask(batch)))  # select first: no copy of messages
                 pending.clear()
                 size = 0
 
