@@ -227,7 +227,7 @@ def test_a_file_that_fails_its_checksum_is_not_trusted(tmp_path, name):
     assert len(fates(lake, "good.jsonl")) == 4
 
 
-# ---- item 11: limits of times, truncation, part numbers, sizes -------------------------------------
+# ---- item 11: limits of times, truncation, sizes (part numbers: tests/test_lake.py) ----------------
 
 
 @pytest.mark.parametrize(("stamp", "canonical"), [
@@ -254,15 +254,6 @@ def test_a_truncated_file_logs_its_partial_last_line(tmp_path):
     assert row["source_line"] == decoded.count(b"\n") + 1
     assert row["raw_line"] == partial.decode("utf-8", "replace")
     assert f"({len(partial)} bytes of a partial line)" in row["detail"]
-
-
-def test_parts_numbered_past_99999_are_read_in_number_order(tmp_path):
-    lake = LakeResource(root=str(tmp_path))
-    folder = Path(lake.day_path("gated_traces", DAY))
-    folder.mkdir(parents=True)
-    for n in (99_999, 100_000, 2):
-        pq.write_table(pa.table({"n": [n]}), folder / f"part-{n:05d}.parquet")
-    assert lake.read_day("gated_traces", DAY)["n"].to_list() == [2, 99_999, 100_000]
 
 
 def test_a_huge_query_is_not_kept_in_subtask_traces():
