@@ -1,16 +1,30 @@
 """The SN15 firehose: `<root>/day=YYYY-MM-DD/*.jsonl.gz|*.jsonl|*.jsonl.zst`, a folder or S3.
 
 See contracts/sn15-firehose.md, section 1. This resource only lists, hashes and opens day
-files; it never parses a record (that is core/normalize's job, on hostile content).
+files and decompresses them in bounded chunks; it never parses a record (that is core's job,
+on hostile content).
+
+Integrity: a gzip member's CRC-32 and length and a zstd frame's checksum (when the frame has
+one) are checked as the stream is read. A stream that fails them raises `CorruptFile` at the
+end of the bad member or frame, after the bytes decoded before it have been delivered; a
+stream that stops inside a member or frame raises `TruncatedFile`. What that means for the
+lines already read is the caller's rule (core/lines.py: a corrupt file is not trusted at all,
+a truncated one keeps its intact lines).
+
+File names: a local name that is not valid UTF-8 is listed under `safe_file_name(name)`, a
+printable form that no real name can take (it holds a "/"); the file is opened through the
+path the listing found, never through a path built from a name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import hashlib
 import io
-from dataclasses import dataclass
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,7 +35,35 @@ from resources.s3 import S3Access, is_s3_uri, join_key, parse_s3_uri
 
 # Longest suffix first: ".jsonl" must not claim "x.jsonl.gz".
 COMPRESSION_BY_SUFFIX = ((".jsonl.gz", "gzip"), (".jsonl.zst", "zstd"), (".jsonl", "none"))
-_CHUNK = 1 << 20
+_CHUNK = 1 << 20  # decompressed bytes handed out at a time (at most)
+_STORED_READ = 256 * 1024  # stored bytes read at a time
+# zstd has no output bound per call: a few input bytes can stand for a 128 KiB block, so input
+# goes in small slices, which bounds one call's output at ~32 MiB even for a decompression bomb.
+_ZSTD_SLICE = 1024
+UNSAFE_NAME_MARK = "non-utf8/"  # no listed name holds a "/": a marked name cannot collide
+
+
+class StoredDigest:
+    """sha256 of a file's stored bytes, fed while the file is read (see `day_file_chunks`);
+    `complete` once every stored byte went through it."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self.complete = False
+
+    def update(self, data: bytes) -> None:
+        self._sha.update(data)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+class CorruptFile(ValueError):
+    """The stored bytes fail their integrity check (gzip CRC/length, zstd checksum, bad data)."""
+
+
+class TruncatedFile(EOFError):
+    """The compressed stream ends inside a gzip member or a zstd frame."""
 
 
 class FirehoseDayMissing(LookupError):
@@ -30,9 +72,11 @@ class FirehoseDayMissing(LookupError):
 
 @dataclass(frozen=True)
 class FirehoseFile:
-    name: str  # relative to the day folder, e.g. "part-0001.jsonl.gz"
-    uri: str  # absolute local path or s3://bucket/key
+    name: str  # relative to the day folder, e.g. "part-0001.jsonl.gz" (see safe_file_name)
+    uri: str  # absolute local path or s3://bucket/key, printable
     size_bytes: int  # stored (compressed) size
+    # The path the listing found, when `uri` had to be made printable: opening uses this.
+    local_path: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def compression(self) -> str:
@@ -47,6 +91,17 @@ def compression_of(name: str) -> str | None:
         if name.endswith(suffix) and len(name) > len(suffix):
             return compression
     return None
+
+
+def safe_file_name(name: str) -> str:
+    """`name` itself when it is valid UTF-8; otherwise UNSAFE_NAME_MARK + its bytes with the
+    invalid ones written as \\xNN. Local names arrive from the OS with such bytes as lone
+    surrogates, which no Parquet or Arrow string can hold."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return UNSAFE_NAME_MARK + os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def is_day_file(name: str) -> bool:
@@ -91,11 +146,29 @@ class FirehoseResource(S3Access):
     def open_day_file(self, file: FirehoseFile) -> io.BufferedReader:
         """A line-iterable stream of the file's DECOMPRESSED bytes, read as it goes.
 
-        A truncated gzip member or zstd frame raises EOFError after the intact bytes have been
-        delivered (gzip.BadGzipFile / zstandard.ZstdError for corrupt data): the caller
-        decides what a broken tail means, nothing is swallowed here.
+        A truncated file raises TruncatedFile (an EOFError) and a corrupt one CorruptFile (a
+        ValueError) after the bytes decoded before the fault have been delivered: the caller
+        decides what a broken tail means, nothing is swallowed here. Lines are unbounded here;
+        the corpus path reads `day_file_chunks` through core/lines.py, which bounds them.
         """
-        return decompressing_reader(self._open_stored(file), file.compression)
+        return io.BufferedReader(_ChunkStream(self.day_file_chunks(file)), _CHUNK)
+
+    def day_file_chunks(self, file: FirehoseFile, digest: StoredDigest | None = None) -> Iterator[bytes]:
+        """The file's decompressed bytes in chunks of at most ~1 MiB (32 MiB for zstd), read as
+        they go. `digest`, when given, is fed the STORED bytes as they are read (and the rest of
+        them when decompression stops early), so a reader checks them against an inventoried
+        sha256 without a second read that could see other bytes."""
+        with self._open_stored(file) as stored:
+            source = _stored_chunks(stored, digest)
+            try:
+                yield from decompressed_chunks(source, file.compression)
+            finally:
+                if digest is not None:
+                    try:
+                        for _ in source:  # a corrupt file stops early: hash what is left of it
+                            pass
+                    except (OSError, ValueError):
+                        pass  # digest.complete stays False: an I/O fault is not a changed file
 
     def file_sha256(self, file: FirehoseFile) -> str:
         """Hex sha256 of the stored (compressed) bytes, computed streaming."""
@@ -106,6 +179,8 @@ class FirehoseResource(S3Access):
         return digest.hexdigest()
 
     def _open_stored(self, file: FirehoseFile) -> BinaryIO:
+        if file.local_path is not None:
+            return open(file.local_path, "rb")
         if is_s3_uri(file.uri):
             bucket, key = parse_s3_uri(file.uri)
             # get_object's Body is a socket-backed stream: big objects are never held whole.
@@ -116,11 +191,16 @@ class FirehoseResource(S3Access):
         folder = Path(self.day_uri(day))
         if not folder.is_dir():
             return []
-        return [
-            FirehoseFile(name=p.name, uri=str(p.resolve()), size_bytes=p.stat().st_size)
-            for p in folder.iterdir()
-            if p.is_file() and is_day_file(p.name)
-        ]
+        files = []
+        for p in folder.iterdir():
+            if not (p.is_file() and is_day_file(p.name)):
+                continue
+            path = str(p.resolve())
+            printable = safe_file_name(path) == path
+            files.append(FirehoseFile(name=safe_file_name(p.name),
+                                      uri=path if printable else os.fsencode(path).decode("utf-8", "backslashreplace"),
+                                      size_bytes=p.stat().st_size, local_path=None if printable else path))
+        return files
 
     def _list_s3(self, day: str) -> list[FirehoseFile]:
         bucket, prefix = parse_s3_uri(self.root)
@@ -138,95 +218,106 @@ class FirehoseResource(S3Access):
         return files
 
 
-def decompressing_reader(stored: BinaryIO, compression: str) -> io.BufferedReader:
-    """Wrap a stored-bytes stream; closing the result closes `stored`."""
+
+
+def _stored_chunks(stored: BinaryIO, digest: StoredDigest | None = None) -> Iterator[bytes]:
+    while chunk := stored.read(_STORED_READ):
+        if digest is not None:
+            digest.update(chunk)
+        yield chunk
+    if digest is not None:
+        digest.complete = True
+
+
+def decompressed_chunks(stored: Iterator[bytes], compression: str) -> Iterator[bytes]:
+    """Stored chunks -> decompressed chunks, integrity-checked (see the module doc)."""
     if compression == "gzip":
-        # GzipFile leaves a fileobj it was given open: the adapter closes both.
-        source: Any = gzip.GzipFile(fileobj=stored, mode="rb")
-        return io.BufferedReader(_ReadIntoAdapter(source, also_close=stored), _CHUNK)
+        return _gunzip(stored)
     if compression == "zstd":
-        return io.BufferedReader(_ZstdFrames(stored), _CHUNK)
+        return _unzstd(stored)
     if compression == "none":
-        return io.BufferedReader(_ReadIntoAdapter(stored), _CHUNK)
+        return stored
     raise ValueError(f"unknown compression {compression!r}")
 
 
-class _ReadIntoAdapter(io.RawIOBase):
-    """Raw-stream face for anything with read(n), so io.BufferedReader gives readline and
-    line iteration (botocore's StreamingBody iterates in fixed chunks, not lines)."""
-
-    def __init__(self, source: Any, also_close: Any = None) -> None:
-        self._source = source
-        self._also_close = also_close
-        # read1 returns what one underlying read gave: a GzipFile's read(n) keeps reading to
-        # fill n, and drops the bytes it had when a truncated member raises EOFError.
-        self._read = getattr(source, "read1", source.read)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
+def _gunzip(stored: Iterator[bytes]) -> Iterator[bytes]:
+    """Concatenated gzip members; each member's CRC-32 and length are checked by zlib."""
+    member, started = zlib.decompressobj(wbits=31), False
+    for data in stored:
+        while data:
+            if not started:
+                data = data.lstrip(b"\0")  # zero padding between or after members is allowed
+                if not data:
+                    break
+                started = True
             try:
-                self._source.close()
-            finally:
-                if self._also_close is not None:
-                    self._also_close.close()
-        super().close()
+                out = member.decompress(data, _CHUNK)
+                while True:  # bounded output: a small member can inflate to gigabytes
+                    if out:
+                        yield out
+                    if not member.unconsumed_tail and len(out) < _CHUNK:
+                        break
+                    out = member.decompress(member.unconsumed_tail, _CHUNK)
+            except zlib.error as exc:
+                raise CorruptFile(f"gzip: {exc}") from None
+            if not member.eof:
+                break
+            data = member.unused_data
+            member, started = zlib.decompressobj(wbits=31), False
+    if started:
+        raise TruncatedFile("gzip stream ended inside a member (truncated file)")
 
 
-class _ZstdFrames(io.RawIOBase):
-    """Concatenated zstd frames, decompressed as read.
+def _unzstd(stored: Iterator[bytes]) -> Iterator[bytes]:
+    """Concatenated zstd frames; a frame's checksum, when it has one, is checked."""
+    dctx = zstandard.ZstdDecompressor()
+    frame, started = dctx.decompressobj(), False
+    for data in stored:
+        view, at = memoryview(data), 0
+        while at < len(view):
+            piece = view[at : at + _ZSTD_SLICE]
+            at += len(piece)
+            started = True
+            try:
+                out = frame.decompress(piece)
+            except zstandard.ZstdError as exc:
+                raise CorruptFile(f"zstd: {exc}") from None
+            if out:
+                yield out
+            if frame.eof:
+                # The rest of this slice belongs to the next frame: hand it back to the loop.
+                rest = len(frame.unused_data)
+                at -= rest
+                frame, started = dctx.decompressobj(), False
+    if started:
+        raise TruncatedFile("zstd stream ended inside a frame (truncated file)")
 
-    zstandard's own stream_reader ends a truncated frame with a silent short read; this one
-    raises EOFError instead, like gzip does.
-    """
 
-    def __init__(self, stored: BinaryIO) -> None:
-        self._stored = stored
-        self._dctx = zstandard.ZstdDecompressor()
-        self._frame = self._dctx.decompressobj()
-        self._in_frame = False
+class _ChunkStream(io.RawIOBase):
+    """Raw-stream face for a chunk iterator, so io.BufferedReader gives line iteration."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
         self._pending = b""
         self._offset = 0
-        self._exhausted = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while self._offset >= len(self._pending) and not self._exhausted:
-            self._refill()
+        while self._offset >= len(self._pending):
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending, self._offset = chunk, 0
         n = min(len(buffer), len(self._pending) - self._offset)
         buffer[:n] = self._pending[self._offset : self._offset + n]
         self._offset += n
         return n
 
-    def _refill(self) -> None:
-        compressed = self._stored.read(_CHUNK // 4)
-        if not compressed:
-            self._exhausted = True
-            if self._in_frame:
-                raise EOFError("zstd stream ended before the end of its frame (truncated file)")
-            return
-        out = []
-        while compressed:
-            self._in_frame = True
-            out.append(self._frame.decompress(compressed))
-            if not self._frame.eof:
-                break
-            # A frame ended inside this chunk; the rest belongs to the next frame.
-            compressed = self._frame.unused_data
-            self._frame = self._dctx.decompressobj()
-            self._in_frame = False
-        self._pending, self._offset = b"".join(out), 0
-
     def close(self) -> None:
         if not self.closed:
-            self._stored.close()
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()  # a generator: runs its `with`, closing the stored stream
         super().close()

@@ -1,56 +1,72 @@
-"""The corpus path as daily assets: normalize -> structural filter -> gates, and the ledger.
+"""The corpus path as one Dagster step per day: five named tables from one pass per line.
 
-    raw_firehose ─► normalized_traces ─► agentic_traces ─► gated_traces
-                                     └─► subtask_traces
-    every stage's rejections (lake tables ledger_normalize / ledger_structural / ledger_gates)
-      ─► rejected_traces, with the blocking conservation check
+    raw_firehose ─► corpus  (one multi_asset; can_subset=False)
+                     ├─ normalized_traces  one canonical row per problem run; re-uploads deduped in the day
+                     ├─ agentic_traces     the structural filter's axis A (the LLM emitted the tool calls)
+                     ├─ subtask_traces     axis B (a harness drove the tools): kept for later lifting
+                     ├─ gated_traces       agentic traces past the reasoning gate and the format gate
+                     └─ rejected_traces    the ledger: every other line, with stage, reason, detail
+    conservation (blocking, on each of the five): lines read == gated + subtask + rejected
 
-The work itself is `core.corpus_parts`, run one part per process; these assets only move
-parts between the lake and that code and say what happened.
+The five are computed together and can only be materialized together, so no table can be
+re-run alone with another config and leave the day's tables inconsistent. The files read are
+exactly those `raw_firehose` inventoried for the day, checked against their sha256 as they are
+read. The work itself is `core.corpus_parts`, one task per file in a process pool.
 """
 
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
 from dagster import (
     AssetCheckResult,
+    AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
     AssetOut,
     Config,
     Failure,
     MaterializeResult,
-    asset,
-    asset_check,
+    MetadataValue,
     multi_asset,
+    multi_asset_check,
 )
 from pydantic import Field
 
-from resources.firehose import FirehoseDayMissing, FirehoseResource
+from resources.firehose import FirehoseDayMissing, FirehoseFile, FirehoseResource, StoredDigest
 from resources.lake import LakeResource
 from shopdistill_assets.core import corpus_parts as parts
+from shopdistill_assets.core.decide import DecideConfig
 from shopdistill_assets.core.gates import GateConfig
+from shopdistill_assets.core.lines import LineReader
 from shopdistill_assets.core.structural import StructuralConfig
 from shopdistill_assets.funnel import funnel_metadata
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.parts_pool import default_workers, run_parts
 
-LEDGER_TABLES = ("ledger_normalize", "ledger_structural", "ledger_gates")
+CODE_VERSION = "corpus-2"  # bump when a per-row rule or the table layout changes
+TABLES = parts.TABLES
+normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
+_STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),
+              "gated_traces": ("reasoning_gate", "format_gate")}
+_DESCRIPTIONS = {
+    "normalized_traces": "One canonical row (OpenAI tool-calls schema) per problem run; re-uploads deduped within the day.",
+    "agentic_traces": "Traces where the LLM emitted the tool calls (axis A), with the structural evidence.",
+    "subtask_traces": "Traces where a harness drove the tools (axis B): kept for later lifting.",
+    "gated_traces": "Agentic traces that pass the reasoning-coefficient gate and the format-validity gate.",
+    "rejected_traces": "The ledger: every input line that did not reach gated_traces or subtask_traces, "
+                       "with stage, reason and detail.",
+}
 
 
-class StageConfig(Config):
-    workers: int = Field(default_factory=default_workers, description="processes; one part per task")
-
-
-class StructuralStageConfig(StageConfig):
+class CorpusConfig(Config):
+    workers: int = Field(default_factory=default_workers, description="processes; one firehose file per task")
     subtask_threshold: int = Field(StructuralConfig.subtask_threshold, description="evidence score at which a trace is sub-task")
     no_evidence_label: Literal["agentic", "subtask", "reject"] = Field(
         StructuralConfig.no_evidence_label, description="primary-dialect traces with no proxy log")
-
-
-class GateStageConfig(StageConfig):
     min_reasoning_score: float = Field(GateConfig.min_reasoning_score, description="keep judge score >= this")
     missing_judge_policy: Literal["keep", "reject"] = Field(
         GateConfig.missing_judge_policy, description="dialects that carry no judge score")
@@ -59,158 +75,186 @@ class GateStageConfig(StageConfig):
     max_tokens: int = Field(GateConfig.max_tokens, description="hard limit on the rendered trace")
     tokenizer_path: str | None = Field(None, description="local HF tokenizer for exact counts; default: estimate")
 
+    def decide_config(self) -> DecideConfig:
+        return DecideConfig(
+            structural=StructuralConfig(subtask_threshold=self.subtask_threshold, no_evidence_label=self.no_evidence_label),
+            gates=GateConfig(min_reasoning_score=self.min_reasoning_score, missing_judge_policy=self.missing_judge_policy,
+                             null_reasoning_score_policy=self.null_reasoning_score_policy, max_tokens=self.max_tokens,
+                             tokenizer_path=self.tokenizer_path))
+
+
+class FirehoseFileChanged(RuntimeError):
+    """A day file's bytes differ from what raw_firehose inventoried."""
+
+
+# ---- the files of the day: raw_firehose's inventory -----------------------------------------
+
+
+def day_inventory(firehose: FirehoseResource, lake: LakeResource, day: str) -> tuple[list[tuple[FirehoseFile, str]], list[str]]:
+    """([(file, inventoried sha256)] in name order, names listed now but not inventoried)."""
+    if not lake.has_day(RAW_FIREHOSE, day):
+        raise Failure(description=f"no raw_firehose inventory for day {day} in the lake {lake.root}: "
+                                  f"materialize raw_firehose for {day} first", allow_retries=False)
+    inventory = sorted(lake.read_day_columns(RAW_FIREHOSE, day, ["file", "sha256"]).to_pylist(), key=lambda r: r["file"])
+    try:
+        listed = {f.name: f for f in firehose.list_day(day)}
+    except FirehoseDayMissing as exc:
+        listed, missing_day = {}, str(exc)
+    else:
+        missing_day = ""
+    gone = [r["file"] for r in inventory if r["file"] not in listed]
+    if gone:
+        names = ", ".join(gone[:5]) + (" …" if len(gone) > 5 else "")
+        raise Failure(description=f"day {day}: {len(gone)} file(s) inventoried by raw_firehose are no longer in the "
+                                  f"firehose ({names}{'; ' + missing_day if missing_day else ''}): "
+                                  f"re-run raw_firehose for {day}", allow_retries=False)
+    known = {r["file"] for r in inventory}
+    return [(listed[r["file"]], r["sha256"]) for r in inventory], sorted(set(listed) - known)
+
+
+def _stage_file(day: str, params: dict, file: FirehoseFile, sha256: str, out: Path,
+                cfg: DecideConfig) -> parts.StagedFile:
+    firehose, digest = FirehoseResource(**params), StoredDigest()
+    staged = parts.stage_file(file.name, firehose.day_file_chunks(file, digest), day, cfg, out)
+    if digest.complete and digest.hexdigest() != sha256:
+        raise FirehoseFileChanged(f"{file.name} changed since raw_firehose inventoried it (sha256 "
+                                  f"{digest.hexdigest()[:12]}… now, {sha256[:12]}… inventoried): re-run raw_firehose")
+    return staged
+
+
+def _split_file(staged: parts.StagedFile, superseded, day: str, outs: dict) -> parts.SplitResult:
+    try:
+        return parts.split_file(staged, superseded, day, outs)
+    finally:
+        staged.path.unlink(missing_ok=True)  # staged rows are as big as the day: free the disk early
+
 
 def _firehose_params(firehose: FirehoseResource) -> dict:
     return {k: getattr(firehose, k) for k in FirehoseResource.model_fields}
 
 
-def _normalize_file(day: str, params: dict, file, out_path: Path) -> parts.PartResult:
-    firehose = FirehoseResource(**params)
-    return parts.normalize_part(day, file.name, lambda: firehose.open_day_file(file), out_path)
-
-
-def _write_ledger(lake: LakeResource, table: str, day: str, rows: list[dict], scratch: Path) -> None:
-    path = scratch / f"{table}.parquet"
-    parts.write_ledger(rows, path)
-    lake.write_day_parts(table, day, [path])
-
-
-def _list_day(firehose: FirehoseResource, day: str):
-    try:
-        return firehose.list_day(day)
-    except FirehoseDayMissing as exc:
-        raise Failure(description=str(exc), allow_retries=False) from exc
-
-
-@asset(partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], kinds={"python", "parquet"},
-       description="One canonical row (OpenAI tool-calls schema) per problem run; re-uploads deduped within the day.")
-def normalized_traces(context: AssetExecutionContext, config: StageConfig, firehose: FirehoseResource,
-                      lake: LakeResource) -> MaterializeResult:
-    day = context.partition_key
-    files = _list_day(firehose, day)
-    scratch = lake.scratch_dir()
-    try:
-        staged = [scratch / f"staged-{i:05d}.parquet" for i in range(len(files))]
-        params = _firehose_params(firehose)
-        results = run_parts(_normalize_file, [(day, params, f, p) for f, p in zip(files, staged)], config.workers)
-        losers = parts.superseded(key for r in results for key in r.keys)
-        finals = [scratch / f"final-{i:05d}.parquet" for i in range(len(files))]
-        deduped = run_parts(parts.dedupe_part, [(s, f, losers) for s, f in zip(staged, finals)], config.workers)
-        ledger = [row for r in results for row in r.ledger] + [row for r in deduped for row in r.ledger]
-        lake.write_day_parts("normalized_traces", day, finals)
-        _write_ledger(lake, "ledger_normalize", day, ledger, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    units = sum(r.units for r in results)
-    kept = sum(r.kept for r in deduped)
-    context.log.info(f"{day}: {units} lines from {len(files)} files -> {kept} traces, {len(ledger)} rejected")
-    return MaterializeResult(metadata=funnel_metadata(units, kept, ledger, files=len(files),
-                                                      superseded=len(losers)))
+# ---- the asset -------------------------------------------------------------------------------
 
 
 @multi_asset(
-    partitions_def=daily_partitions, group_name="corpus", deps=[normalized_traces],
-    outs={"agentic_traces": AssetOut(kinds={"python", "parquet"},
-                                     description="Traces where the LLM emitted the tool calls (axis A), with evidence."),
-          "subtask_traces": AssetOut(kinds={"python", "parquet"},
-                                     description="Traces where a harness drove the tools (axis B): kept for later lifting.")},
+    name="corpus", partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], can_subset=False,
+    outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION)
+          for t in TABLES},
+    description="Normalize, classify and gate every line of the day's inventoried firehose files in one pass.",
 )
-def structural_traces(context: AssetExecutionContext, config: StructuralStageConfig, lake: LakeResource):
+def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: FirehoseResource, lake: LakeResource):
     day = context.partition_key
-    cfg = StructuralConfig(subtask_threshold=config.subtask_threshold, no_evidence_label=config.no_evidence_label)
+    files, not_inventoried = day_inventory(firehose, lake, day)
+    if not_inventoried:
+        context.log.warning(f"{day}: {len(not_inventoried)} file(s) not in raw_firehose's inventory are not read "
+                            f"(re-run raw_firehose to include them): {not_inventoried[:5]}")
+    cfg, params = config.decide_config(), _firehose_params(firehose)
     scratch = lake.scratch_dir()
     try:
-        inputs = lake.day_part_files("normalized_traces", day, scratch)
-        agentic = [scratch / f"agentic-{i:05d}.parquet" for i in range(len(inputs))]
-        subtask = [scratch / f"subtask-{i:05d}.parquet" for i in range(len(inputs))]
-        results = run_parts(parts.structural_part, [(p, a, s, cfg) for p, a, s in zip(inputs, agentic, subtask)],
-                            config.workers)
-        ledger = [row for r in results for row in r.ledger]
-        lake.write_day_parts("agentic_traces", day, agentic)
-        lake.write_day_parts("subtask_traces", day, subtask)
-        _write_ledger(lake, "ledger_structural", day, ledger, scratch)
+        tasks = [(day, params, f, sha, scratch / f"staged-{i:05d}.arrow", cfg) for i, (f, sha) in enumerate(files)]
+        try:
+            staged = run_parts(_stage_file, tasks, config.workers)
+        except FirehoseFileChanged as exc:
+            raise Failure(description=f"day {day}: {exc}", allow_retries=False) from None
+        superseded = parts.superseded_day(staged)
+        outs = [{t: scratch / f"{t}-{i:05d}.parquet" for t in TABLES} for i in range(len(files))]
+        splits = run_parts(_split_file, [(s, sup, day, o) for s, sup, o in zip(staged, superseded, outs)],
+                           config.workers)
+        for table in TABLES:
+            lake.write_day_parts(table, day, [o[table] for o in outs])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    n_in = sum(r.units for r in results)
-    n_agentic = sum(r.outputs["agentic_traces"] for r in results)
-    n_subtask = sum(r.outputs["subtask_traces"] for r in results)
-    yield MaterializeResult(asset_key="agentic_traces", metadata=funnel_metadata(
-        n_in, n_agentic, ledger, subtask=n_subtask, agentic_share=round(n_agentic / n_in, 4) if n_in else 0.0))
-    yield MaterializeResult(asset_key="subtask_traces", metadata={"dagster/row_count": n_subtask, "in": n_in,
-                                                                  "kept": n_subtask})
+    funnel = _Funnel(staged, splits)
+    context.log.info(f"{day}: {funnel.units} lines from {len(files)} files -> {funnel.rows['gated_traces']} gated, "
+                     f"{funnel.rows['subtask_traces']} subtask, {funnel.rows['rejected_traces']} rejected")
+    common = {"config": MetadataValue.json(config.model_dump()), "code_version": CODE_VERSION}
+    extra = {"files": len(files), "files_not_inventoried": len(not_inventoried),
+             "files_truncated": sum(s.end is not None and s.end.reason == "truncated_file" for s in staged),
+             "files_corrupt": sum(s.corrupt for s in staged)}
+    for table in TABLES:
+        yield MaterializeResult(asset_key=table, metadata={**funnel.metadata(table), **common,
+                                                           **(extra if table == "normalized_traces" else {})})
 
 
-@asset(partitions_def=daily_partitions, group_name="corpus", deps=["agentic_traces"], kinds={"python", "parquet"},
-       description="Agentic traces that pass the reasoning-coefficient gate and the format-validity gate.")
-def gated_traces(context: AssetExecutionContext, config: GateStageConfig, lake: LakeResource) -> MaterializeResult:
-    day = context.partition_key
-    cfg = GateConfig(min_reasoning_score=config.min_reasoning_score, missing_judge_policy=config.missing_judge_policy,
-                     null_reasoning_score_policy=config.null_reasoning_score_policy, max_tokens=config.max_tokens,
-                     tokenizer_path=config.tokenizer_path)
-    scratch = lake.scratch_dir()
-    try:
-        inputs = lake.day_part_files("agentic_traces", day, scratch)
-        outputs = [scratch / f"gated-{i:05d}.parquet" for i in range(len(inputs))]
-        results = run_parts(_gate_part, [(p, o, cfg) for p, o in zip(inputs, outputs)], config.workers)
-        ledger = [row for r in results for row in r.ledger]
-        lake.write_day_parts("gated_traces", day, outputs)
-        _write_ledger(lake, "ledger_gates", day, ledger, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    n_in = sum(r.units for r in results)
-    return MaterializeResult(metadata=funnel_metadata(n_in, sum(r.kept for r in results), ledger))
+class _Funnel:
+    """In / kept / rejected of each table, from the per-file results (no day-sized lists)."""
+
+    def __init__(self, staged: list[parts.StagedFile], splits: list[parts.SplitResult]) -> None:
+        self.units = sum(s.units for s in staged)
+        self.rows = Counter()
+        self.reasons: Counter = Counter()
+        for split in splits:
+            self.rows.update(split.outputs)
+            self.reasons.update(split.reasons)
+
+    def ledger(self, stages: tuple[str, ...] | None = None) -> list[dict]:
+        """Ledger rows as funnel_metadata takes them: one shared {stage, reason} per row."""
+        rows: list[dict] = []
+        for (stage, reason), n in sorted(self.reasons.items()):
+            if stages is None or stage in stages:
+                rows += [{"stage": stage, "reason": reason}] * n
+        return rows
+
+    def metadata(self, table: str) -> dict:
+        r = self.rows
+        if table == "normalized_traces":
+            return funnel_metadata(self.units, r[table], self.ledger(_STAGES_OF[table]), superseded=sum(
+                n for (stage, _), n in self.reasons.items() if stage == "dedupe"))
+        if table == "agentic_traces":
+            n_in = r["normalized_traces"]
+            return funnel_metadata(n_in, r[table], self.ledger(_STAGES_OF[table]), subtask=r["subtask_traces"],
+                                   agentic_share=round(r[table] / n_in, 4) if n_in else 0.0)
+        if table == "subtask_traces":
+            return funnel_metadata(r["normalized_traces"], r[table], [])
+        if table == "gated_traces":
+            return funnel_metadata(r["agentic_traces"], r[table], self.ledger(_STAGES_OF[table]))
+        by_stage = Counter()
+        for (stage, _), n in self.reasons.items():
+            by_stage[stage] += n
+        return funnel_metadata(self.units, r["gated_traces"] + r["subtask_traces"], self.ledger(),
+                               **{f"stage/{k}": v for k, v in sorted(by_stage.items())})
 
 
-def _gate_part(in_path: Path, out_path: Path, cfg: GateConfig) -> parts.PartResult:
-    tokenizer = None
-    if cfg.tokenizer_path:
-        from shopdistill_assets.core.tokens import load_tokenizer
-
-        tokenizer = load_tokenizer(cfg.tokenizer_path)
-    return parts.gate_part(in_path, out_path, cfg, tokenizer)
+# ---- conservation ------------------------------------------------------------------------------
 
 
-@asset(partitions_def=daily_partitions, group_name="corpus",
-       deps=[normalized_traces, "agentic_traces", gated_traces], kinds={"python", "parquet"},
-       description="The ledger: every input line that did not reach gated_traces or subtask_traces, with stage and reason.")
-def rejected_traces(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
-    day = context.partition_key
-    rows = [row for table in LEDGER_TABLES for row in lake.read_day(table, day).to_dicts()]
-    scratch = lake.scratch_dir()
-    try:
-        _write_ledger(lake, "rejected_traces", day, rows, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    by_stage = {}
-    for row in rows:
-        by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + 1
-    meta = funnel_metadata(len(rows), len(rows), rows, **{f"stage/{k}": v for k, v in sorted(by_stage.items())})
-    meta.pop("kept_share")
-    return MaterializeResult(metadata=meta)
+def _count_file_units(params: dict, file: FirehoseFile, sha256: str) -> int:
+    firehose, digest = FirehoseResource(**params), StoredDigest()
+    reader = LineReader(firehose.day_file_chunks(file, digest))
+    lines = sum(1 for _ in reader)
+    if digest.complete and digest.hexdigest() != sha256:
+        raise FirehoseFileChanged(f"{file.name} changed since raw_firehose inventoried it: re-run raw_firehose")
+    return lines + (reader.end is not None)
 
 
-def _count_file_units(day: str, params: dict, file) -> int:
-    firehose = FirehoseResource(**params)
-    with firehose.open_day_file(file) as stream:
-        return sum(1 for _ in parts.read_units(file.name, stream, day))
-
-
-def count_units(firehose: FirehoseResource, day: str, workers: int = 1) -> int:
-    """Lines of the day's files, counted afresh (a damaged file's error counts as one unit)."""
+def count_units(firehose: FirehoseResource, lake: LakeResource, day: str, workers: int = 1) -> int:
+    """Units of the day's inventoried files, counted afresh: lines, plus one for a file that did
+    not end cleanly (core/lines.py)."""
+    files, _ = day_inventory(firehose, lake, day)
     params = _firehose_params(firehose)
-    return sum(run_parts(_count_file_units, [(day, params, f) for f in firehose.list_day(day)], workers))
+    return sum(run_parts(_count_file_units, [(params, f, sha) for f, sha in files], workers))
 
 
-@asset_check(asset=rejected_traces, blocking=True,
-             description="Conservation: lines read == gated_traces + subtask_traces + rejected_traces, "
-                         "and every (source_file, source_line) lands exactly once.")
-def conservation(context, firehose: FirehoseResource, lake: LakeResource) -> AssetCheckResult:
+@multi_asset_check(
+    specs=[AssetCheckSpec("conservation", asset=t, blocking=True,
+                          description="lines read == gated_traces + subtask_traces + rejected_traces, "
+                                      "and every (source_file, source_line) lands exactly once") for t in TABLES],
+    description="Conservation over the day's tables, recounting the inventoried firehose files independently.",
+)
+def conservation(context, firehose: FirehoseResource, lake: LakeResource):
     import duckdb
 
     day = context.partition_key if context.has_partition_key else None
     if day is None:
-        return AssetCheckResult(passed=False, description="run this check for one day partition")
-    units = count_units(firehose, day, default_workers())
+        for table in TABLES:
+            yield AssetCheckResult(asset_key=table, check_name="conservation", passed=False,
+                                   description="run this check for one day partition")
+        return
+    try:
+        units = count_units(firehose, lake, day, default_workers())
+        changed = ""
+    except FirehoseFileChanged as exc:
+        units, changed = -1, str(exc)
     tables = {t: lake.read_day_columns(t, day, ["source_file", "source_line"])
               for t in ("gated_traces", "subtask_traces", "rejected_traces")}
     con = duckdb.connect()
@@ -222,11 +266,15 @@ def conservation(context, firehose: FirehoseResource, lake: LakeResource) -> Ass
     ).fetchone()
     counts = {name: t.num_rows for name, t in tables.items()}
     passed = total == units and distinct == total
-    return AssetCheckResult(passed=passed, metadata={"lines_read": units, "accounted": total,
-                                                     "duplicates": total - distinct, **counts},
-                            description=None if passed else f"{units} lines read but {total} rows accounted "
-                                                            f"({total - distinct} duplicates)")
+    description = None if passed else changed or f"{units} lines read but {total} rows accounted ({total - distinct} duplicates)"
+    metadata = {"lines_read": units, "accounted": total, "duplicates": total - distinct, **counts}
+    for table in TABLES:
+        yield AssetCheckResult(asset_key=table, check_name="conservation", passed=passed, metadata=metadata,
+                               description=description)
 
 
-CORPUS_ASSETS = [normalized_traces, structural_traces, gated_traces, rejected_traces]
+CORPUS_ASSETS = [corpus]
 CORPUS_CHECKS = [conservation]
+__all__ = ["CORPUS_ASSETS", "CORPUS_CHECKS", "CODE_VERSION", "CorpusConfig", "FirehoseFileChanged", "TABLES",
+           "agentic_traces", "conservation", "corpus", "count_units", "day_inventory", "gated_traces",
+           "normalized_traces", "rejected_traces", "subtask_traces"]

@@ -1,7 +1,7 @@
 """The corpus assets materialized on a simulated arena, measured against the simulator's truth.
 
-normalized_traces -> structural_traces (agentic_traces + subtask_traces) -> gated_traces ->
-rejected_traces + the blocking `conservation` check, through Dagster in-process. Two simulated
+raw_firehose -> corpus (normalized_traces, agentic_traces, subtask_traces, gated_traces,
+rejected_traces in one step) + the blocking `conservation` check, through Dagster in-process. Two simulated
 days of ~600 traces (2 % corrupt lines, 3 % re-uploads, a truncated late file) are built once
 per module; every test reads the lake those runs wrote (or a copy of it) and asserts numbers.
 Run with `-s` to see the precision/recall and fault confusion tables.
@@ -30,7 +30,8 @@ import pytest
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.s3 import parse_s3_uri
-from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS, gated_traces, rejected_traces
+from shopdistill_assets.corpus import CODE_VERSION, CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.ingest import raw_firehose
 from shopdistill_assets.sim import ArenaConfig, simulate
 
 DAYS = ("2026-11-02", "2026-11-03")
@@ -56,7 +57,7 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # keeps 
 
 def run_corpus(day: str, firehose: FirehoseResource, lake: LakeResource, assets=None, run_config=None):
     return dg.materialize(
-        assets if assets is not None else [*CORPUS_ASSETS, *CORPUS_CHECKS],
+        assets if assets is not None else [raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS],
         partition_key=day,
         resources={"firehose": firehose, "lake": lake},
         instance=dg.DagsterInstance.ephemeral(),
@@ -64,8 +65,9 @@ def run_corpus(day: str, firehose: FirehoseResource, lake: LakeResource, assets=
     )
 
 
-def check_result(result: dg.ExecuteInProcessResult, name: str = "conservation"):
-    (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == name]
+def check_result(result: dg.ExecuteInProcessResult, name: str = "conservation", asset: str = "gated_traces"):
+    (evaluation,) = [e for e in result.get_asset_check_evaluations()
+                     if e.check_name == name and e.asset_key.to_user_string() == asset]
     return evaluation
 
 
@@ -311,8 +313,8 @@ def test_reasoning_gate_threshold_and_a_stricter_run(corpus, tmp_path):
     # A copy of the lake, so the module's lake stays as the default run wrote it.
     lake = LakeResource(root=str(tmp_path / "lake"))
     shutil.copytree(corpus.lake.root, lake.root)
-    strict = run_corpus(day, corpus.firehose, lake, assets=[gated_traces, rejected_traces, *CORPUS_CHECKS],
-                        run_config={"ops": {"gated_traces": {"config": {"min_reasoning_score": 0.8}}}})
+    strict = run_corpus(day, corpus.firehose, lake, assets=[*CORPUS_ASSETS, *CORPUS_CHECKS],
+                        run_config={"ops": {"corpus": {"config": {"min_reasoning_score": 0.8}}}})
     assert strict.success
     assert check_result(strict).passed
     strict_gated = lake.read_day("gated_traces", day)
@@ -332,8 +334,7 @@ def test_rematerializing_a_day_gives_identical_bytes(corpus, tmp_path):
     day = DAYS[1]
     lake = LakeResource(root=str(tmp_path / "lake"))
     # One worker this time (the module's run used the default pool): same bytes either way.
-    one_worker = {"ops": {op: {"config": {"workers": 1}}
-                          for op in ("normalized_traces", "structural_traces", "gated_traces")}}
+    one_worker = {"ops": {"corpus": {"config": {"workers": 1}}}}
     again = run_corpus(day, corpus.firehose, lake, run_config=one_worker)
     assert again.success and check_result(again).passed
     for asset in ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"):
@@ -391,7 +392,7 @@ def test_materializations_carry_the_funnel_metadata(corpus):
         events = corpus.results[day].get_asset_materialization_events()
         meta = {e.step_materialization_data.materialization.asset_key.to_user_string():
                 e.step_materialization_data.materialization.metadata for e in events}
-        assert set(meta) == {*FUNNEL_ASSETS, "subtask_traces"}
+        assert set(meta) == {"raw_firehose", *FUNNEL_ASSETS, "subtask_traces"}
         values = {asset: {k: getattr(v, "value", v) for k, v in m.items()} for asset, m in meta.items()}
         for asset in FUNNEL_ASSETS:
             for key in ("in", "kept", "rejected"):
@@ -408,6 +409,12 @@ def test_materializations_carry_the_funnel_metadata(corpus):
         assert g["in"] == a["kept"] == g["kept"] + g["rejected"]
         ledger_rows = corpus.table("rejected_traces", day).height
         assert r["rejected"] == n["rejected"] + a["rejected"] + g["rejected"] == ledger_rows
+        # The ledger's own funnel: every line in, the lines kept by the two final tables out.
+        assert r["in"] == lines_read and r["kept"] == g["kept"] + s["kept"] and r["in"] == r["kept"] + r["rejected"]
+        assert sum(v for k, v in r.items() if k.startswith("stage/")) == r["rejected"]
+        for asset in (*FUNNEL_ASSETS, "subtask_traces"):  # what made the table, shown beside it
+            assert values[asset]["code_version"] == CODE_VERSION
+            assert values[asset]["config"]["min_reasoning_score"] == 0.5
         assert s["kept"] == corpus.table("subtask_traces", day).height
         assert g["kept"] == corpus.table("gated_traces", day).height
         assert "| read | `truncated_file` | 1 |" in values["normalized_traces"]["reasons"]
@@ -464,3 +471,87 @@ def test_lake_on_s3_conserves_and_matches_the_local_lake(corpus, moto_s3, tmp_pa
             assert s3.get_object(Bucket="corpus-lake", Key=key)["Body"].read() == path.read_bytes(), key
     leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert not leftovers, f"an S3 lake run left {len(leftovers)} downloaded parts in local scratch: {leftovers[:4]}"
+
+
+# ---- the Dagster shape: one step, five tables, conservation on each ---------------------------------
+
+
+def test_the_five_tables_are_one_step_that_cannot_be_subset(tiny_day, tmp_path):
+    from shopdistill_assets.corpus import TABLES, conservation, corpus
+
+    assert sorted(k.to_user_string() for k in corpus.keys) == sorted(TABLES)
+    assert corpus.can_subset is False
+    assert set(corpus.code_versions_by_key.values()) == {CODE_VERSION}
+    assert sorted((s.key.asset_key.to_user_string(), s.blocking) for s in conservation.check_specs) == \
+        sorted((t, True) for t in TABLES)
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    # One table alone cannot be re-run (with another config, it would no longer add up with the rest).
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        dg.materialize([*CORPUS_ASSETS, *CORPUS_CHECKS], partition_key=tiny_day.day, selection=["gated_traces"],
+                       resources={"firehose": firehose, "lake": lake}, instance=dg.DagsterInstance.ephemeral(),
+                       run_config=QUIET)
+    assert "does not support subsetting" in str(refused.value.__cause__)
+
+
+def test_a_failed_conservation_check_blocks_what_follows(tiny_day, tmp_path, monkeypatch):
+    import shopdistill_assets.corpus as corpus_module
+    from shopdistill_assets.split import leak_clusters
+
+    real = corpus_module.count_units
+    monkeypatch.setattr(corpus_module, "count_units", lambda *a, **k: real(*a, **k) + 1)  # one line unaccounted
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS, leak_clusters], partition_key=tiny_day.day,
+                            resources={"firehose": firehose, "lake": lake}, instance=dg.DagsterInstance.ephemeral(),
+                            run_config=QUIET, raise_on_error=False)
+    evaluations = [e for e in result.get_asset_check_evaluations() if e.check_name == "conservation"]
+    assert len(evaluations) == 5 and not any(e.passed for e in evaluations)
+    assert "7 lines read but 6 rows accounted" not in evaluations[0].description  # the real recount is 7
+    assert "8 lines read but 7 rows accounted" in evaluations[0].description
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "leak_clusters" not in materialized and "gated_traces" in materialized
+
+
+# ---- the files read are raw_firehose's inventory ------------------------------------------------------
+
+
+def test_the_day_reads_the_inventory_not_a_fresh_listing(tiny_day, tmp_path):
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    run_corpus(tiny_day.day, firehose, lake, assets=[raw_firehose])
+    (tiny_day.folder / "part-002-late.jsonl").write_bytes(tiny_day.lines["part-001.jsonl"][0])  # after the inventory
+
+    result = run_corpus(tiny_day.day, firehose, lake, assets=[*CORPUS_ASSETS, *CORPUS_CHECKS])
+
+    assert result.success and check_result(result).passed
+    assert check_result(result).metadata["lines_read"].value == 7
+    assert not set(lake.read_day("rejected_traces", tiny_day.day)["source_file"]) & {"part-002-late.jsonl"}
+    (meta,) = [e.step_materialization_data.materialization.metadata for e in result.get_asset_materialization_events()
+               if e.asset_key.to_user_string() == "normalized_traces"]
+    assert meta["files"].value == 2 and meta["files_not_inventoried"].value == 1
+
+
+def test_a_file_changed_since_the_inventory_fails_the_day(tiny_day, tmp_path):
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    run_corpus(tiny_day.day, firehose, lake, assets=[raw_firehose])
+    (tiny_day.folder / "part-001.jsonl").write_bytes(b"".join(tiny_day.lines["part-001.jsonl"][:2]))
+
+    result = dg.materialize([*CORPUS_ASSETS], partition_key=tiny_day.day, resources={"firehose": firehose, "lake": lake},
+                            instance=dg.DagsterInstance.ephemeral(), run_config=QUIET, raise_on_error=False)
+
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "part-001.jsonl changed since raw_firehose inventoried it" in message and "re-run raw_firehose" in message
+    assert not lake.has_day("gated_traces", tiny_day.day)
+
+
+def test_a_day_without_an_inventory_says_what_to_run(tiny_day, tmp_path):
+    result = dg.materialize([*CORPUS_ASSETS], partition_key=tiny_day.day,
+                            resources={"firehose": FirehoseResource(root=str(tiny_day.root)),
+                                       "lake": LakeResource(root=str(tmp_path / "lake"))},
+                            instance=dg.DagsterInstance.ephemeral(), run_config=QUIET, raise_on_error=False)
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert f"materialize raw_firehose for {tiny_day.day} first" in failure.step_failure_data.user_failure_data.description

@@ -280,7 +280,7 @@ def test_a_heldout_cluster_linked_to_train_is_merged_logged_and_moved(arena, tmp
     resources = resources_for(firehose, lake_root)
     lake = resources["lake"]
     ops = {"leak_clusters": {"heldout_share": share}}
-    results = [run([CORPUS_ASSETS[0], *LEAK], resources, day, ops=ops) for day in DAYS[:3]]
+    results = [run([raw_firehose, *CORPUS_ASSETS, *LEAK], resources, day, ops=ops) for day in DAYS[:3]]
     sides = [dict(lake.read_day("leak_clusters", d).select("problem_id", "side").iter_rows()) for d in DAYS[:3]]
     assert sides[0] == {ids["a"]: "heldout"}
     assert sides[1] == {ids["a"]: "heldout", ids["b"]: "train"}

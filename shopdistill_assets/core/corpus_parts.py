@@ -1,86 +1,213 @@
-"""The corpus path over one part of a day: a firehose file, or one Parquet part of a stage.
+"""The corpus path in one pass per line: stage each firehose file, dedupe the day, split.
 
-Each function reads one input, streams rows in batches to one Parquet output and returns the
-ledger rows and counts; the Dagster assets run them in a process pool, one part per task, so a
-large day uses every core and never sits in memory whole. Every input unit (a decodable line,
-or the one read error that ends a damaged file) leaves exactly one row in some output.
+    stage_file      (one task per file)  read lines (core/lines.py), decide each batch of lines
+                    (core/decide.py: normalize, classify, gate, in memory), append the decided
+                    rows to an Arrow IPC file: one row per input unit, in line order
+    superseded_day  (the whole day)      which traces a later copy beat (core/recency.py)
+    split_file      (one task per file)  the staged rows -> the day's tables with Arrow filters:
+                    normalized_traces, agentic_traces, subtask_traces, gated_traces, and the
+                    ledger (rejected_traces), one Parquet part each
+
+Every unit (a line, or the one fault that ends a damaged file) is one staged row and lands in
+exactly one of gated_traces, subtask_traces, rejected_traces. Memory is bounded per task:
+batches of at most BATCH_ROWS lines / BATCH_BYTES bytes, a row group of each output.
+
+Row groups reproduce the stage-by-stage layout (core/corpus_reference.py) so both give the
+same bytes: a trace table's row group is the rows of one slice of its input
+table (ROW_GROUP_ROWS rows; normalized: the file's traces before dedupe; agentic, subtask:
+normalized; gated: agentic); the ledger comes in row groups of LEDGER_GROUP_ROWS rows. Neither
+depends on how lines were batched.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .dialects import CANONICAL_COLUMNS
-from .gates import GateConfig, format_gate, reasoning_gate
-from .normalize import LEDGER_COLUMNS, LedgerRow, _recency, iter_records, ledger_row, ledger_row_for_trace
+from .decide import (
+    CANONICAL_SCHEMA,
+    DECIDED_SCHEMA,
+    LEDGER_SCHEMA,
+    STRUCTURAL_SCHEMA,
+    DecideConfig,
+    decide_lines,
+)
+from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
+from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
-from .structural import StructuralConfig, classify
+from .recency import latest_copy
 
-BATCH_ROWS = 2_000
-_INT_COLUMNS = {"race_id", "suite_id", "inference_total", "inference_failure_count", "n_steps", "n_tool_calls",
-                "source_line"}
-_FLOAT_COLUMNS = {"score", "reasoning_score", "reasoning_coef", "execution_time"}
-
-
-def _type(column: str) -> pa.DataType:
-    if column in _INT_COLUMNS:
-        return pa.int64()
-    if column in _FLOAT_COLUMNS:
-        return pa.float64()
-    return pa.large_string() if column in ("messages", "tools", "proxy_evidence") else pa.string()
-
-
-CANONICAL_SCHEMA = pa.schema([(c, _type(c)) for c in CANONICAL_COLUMNS])
-STRUCTURAL_SCHEMA = CANONICAL_SCHEMA.append(pa.field("structural_label", pa.string())).append(
-    pa.field("structural_evidence", pa.string()))
-LEDGER_SCHEMA = pa.schema([(c, pa.int64() if c == "source_line" else
-                            (pa.large_string() if c == "raw_line" else pa.string())) for c in LEDGER_COLUMNS])
+ROW_GROUP_ROWS = 2_000  # the trace tables' layout (see the module doc); not a batch size
+BATCH_ROWS = 2_000  # lines decided at a time
+BATCH_BYTES = 8 * 1024 * 1024  # raw bytes of a batch of lines: rejected lines' text is held per batch only
+LEDGER_GROUP_ROWS = 1024  # a ledger row keeps up to 64 KiB of raw line: row groups stay <= ~64 MiB
 # Intermediate parts are written uncompressed (fast); the lake's parts are zstd.
 STAGING_OPTIONS: dict[str, Any] = {"compression": "none", "use_dictionary": False}
 # zstd level 1: within a few percent of level 3 on trace text, and several times faster to write.
 FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": True,
                                  "write_statistics": True, "version": "2.6", "data_page_version": "1.0"}
+TABLES = ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces")
+_PRE_TRACE = pa.array(["read", "normalize"])  # stages that stop a line before it is a trace
+_KEY_COLUMNS = ["trace_id", "updated_at_us", "updated_at", "source_line"]
+SUPERSEDED_SCHEMA = pa.schema([("source_line", pa.int64()), ("detail", pa.string())])
+
+Decide = Callable[[str, int, Sequence[bytes], str, DecideConfig], pa.RecordBatch]
+
+
+# ---- ledger rows the reader makes ---------------------------------------------------------
+
+
+def oversize_ledger_row(line: OversizeLine, *, day: str, source_file: str, source_line: int) -> LedgerRow:
+    detail = f"{line.n_bytes} bytes > {MAX_LINE_BYTES}; first {len(line.head)} bytes kept"
+    row = ledger_row(Rejection.of(Reason.LINE_TOO_LARGE, detail), day=day, source_file=source_file,
+                     source_line=source_line, raw=line.head)
+    row["detail"] = detail  # the head is already cut: no truncation note
+    return row
+
+
+def end_ledger_row(end: FileEnd, *, day: str, source_file: str, source_line: int) -> LedgerRow:
+    """The unit after a file's last line: why it ended; a truncated file's partial line kept."""
+    raw = None if end.reason == Reason.CORRUPT_FILE else end.partial or None
+    return ledger_row(Rejection.of(end.reason, end.detail), day=day, source_file=source_file,
+                      source_line=source_line, raw=raw)
+
+
+def corrupt_ledger_row(row: dict, end_detail: str, *, day: str, source_file: str, source_line: int) -> LedgerRow:
+    """A unit of a file that failed its integrity check: `corrupt_file`, whatever it decoded to
+    (ledger rows of the reader or normalize, or a trace: its identity is kept, not its text)."""
+    if row.get("reason") == Reason.CORRUPT_FILE:
+        return {**row, "raw_line": None}
+    was = row["reason"] if row.get("stage") in ("read", "normalize") else "a trace"
+    return ledger_row(Rejection.of(Reason.CORRUPT_FILE, f"{end_detail}; this line decoded as {was}"),
+                      day=day, source_file=source_file, source_line=source_line, identity=row)
+
+
+# ---- stage -------------------------------------------------------------------------------
 
 
 @dataclass
-class PartResult:
-    """What one part produced: counts by output, ledger rows, and (normalize) dedupe keys."""
+class StagedFile:
+    """One firehose file, decided: the IPC file of its rows and what the day-level steps need."""
 
+    name: str
+    path: Path
     units: int = 0
-    kept: int = 0
-    outputs: dict[str, int] = field(default_factory=dict)
-    ledger: list[LedgerRow] = field(default_factory=list)
-    keys: list[tuple[str, str | None, str, int]] = field(default_factory=list)
+    end: FileEnd | None = None
+    keys: pa.Table | None = None  # _KEY_COLUMNS of its traces; None for a corrupt file
+
+    @property
+    def corrupt(self) -> bool:
+        return self.end is not None and self.end.reason == Reason.CORRUPT_FILE
 
 
-class _ArrowWriter:
-    """Arrow batches (or rows, buffered into batches) -> one Parquet file."""
+def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
+    return pc.invert(pc.fill_null(pc.is_in(batch.column("stage"), _PRE_TRACE), False))
 
-    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any] = FINAL_OPTIONS) -> None:
+
+def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
+               decide: Decide = decide_lines) -> StagedFile:
+    """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
+    staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
+    pending: list[bytes] = []
+    first = size = 0
+    with pa.OSFile(str(out_path), "wb") as sink, pa.ipc.new_stream(sink, DECIDED_SCHEMA) as writer:
+
+        def flush() -> None:
+            nonlocal size
+            if pending:
+                batch = decide(name, first, pending, day, cfg)
+                writer.write_batch(batch)
+                keys.append(batch.select(_KEY_COLUMNS).filter(_trace_mask(batch)))  # select first: no copy of messages
+                pending.clear()
+                size = 0
+
+        def write_row(row: LedgerRow) -> None:
+            writer.write_batch(pa.RecordBatch.from_pylist([row], DECIDED_SCHEMA))
+
+        for item in reader:
+            if isinstance(item, OversizeLine):
+                flush()
+                write_row(oversize_ledger_row(item, day=day, source_file=name, source_line=reader.lines))
+                continue
+            if not pending:
+                first = reader.lines
+            pending.append(item)
+            size += len(item)
+            if len(pending) >= BATCH_ROWS or size >= BATCH_BYTES:
+                flush()
+        flush()
+        staged.end = reader.end
+        if reader.end is not None:
+            write_row(end_ledger_row(reader.end, day=day, source_file=name, source_line=reader.lines + 1))
+    staged.units = reader.lines + (reader.end is not None)
+    if not staged.corrupt:
+        staged.keys = pa.Table.from_batches(keys, DECIDED_SCHEMA.empty_table().select(_KEY_COLUMNS).schema)
+    return staged
+
+
+# ---- the day -----------------------------------------------------------------------------
+
+
+def superseded_day(staged: Sequence[StagedFile]) -> list[pa.Table]:
+    """Per staged file: the trace copies that a later copy of the same trace (anywhere in the
+    day) beat, as a table (source_line, detail) sorted by line; detail is the ledger's text."""
+    frames = [pl.from_arrow(s.keys).with_columns(source_file=pl.lit(s.name, pl.String), file=pl.lit(i))
+              for i, s in enumerate(staged) if s.keys is not None and s.keys.num_rows]
+    empty = pl.DataFrame(schema={"source_line": pl.Int64, "detail": pl.String})
+    if not frames:
+        return [SUPERSEDED_SCHEMA.empty_table() for _ in staged]
+    keys = pl.concat(frames)
+    keys = keys.with_columns(latest=latest_copy(keys)).with_row_index("row")
+    winners = keys.select("row", w_file="source_file", w_line="source_line", w_updated="updated_at")
+    losers = keys.filter(pl.col("latest") != pl.col("row")).join(winners, left_on="latest", right_on="row").select(
+        "file", "source_line", detail=pl.format(  # normalize.superseded_detail, column-wise ("None" for no time)
+            "superseded by {}:{} (updated_at {} vs {})", "w_file", "w_line", pl.col("w_updated").fill_null("None"),
+            pl.col("updated_at").fill_null("None")))
+    by_file = losers.sort("file", "source_line").partition_by("file", as_dict=True, include_key=False)
+    return [by_file.get((i,), empty).to_arrow().cast(SUPERSEDED_SCHEMA) for i in range(len(staged))]
+
+
+# ---- split -------------------------------------------------------------------------------
+
+
+class _GroupWriter:
+    """Rows in order, each with a row-group number: one Parquet row group per number."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.schema, self.rows = schema, 0
-        self._writer = pq.ParquetWriter(path, schema, **options)
-        self._pending: list[dict] = []
+        self._writer = pq.ParquetWriter(path, schema, **FINAL_OPTIONS)
+        self._group: int | None = None
+        self._pending: list[pa.Table] = []
 
-    def write(self, table: pa.Table | pa.RecordBatch) -> None:
-        if table.num_rows:
-            self._writer.write_table(pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table)
-            self.rows += table.num_rows
+    def add(self, table: pa.Table, rows: np.ndarray, groups: np.ndarray) -> None:
+        """Append rows `rows` (ascending indexes into `table`) with their row-group numbers.
 
-    def add(self, row: dict) -> None:
-        self._pending.append(row)
-        if len(self._pending) >= BATCH_ROWS:
-            self._flush()
+        Runs of consecutive rows of one group go in as zero-copy slices: the only copy is the
+        one that makes a row group a single chunk."""
+        if not len(rows):
+            return
+        cuts = np.flatnonzero((np.diff(rows) != 1) | (np.diff(groups) != 0)) + 1
+        for start, stop in zip([0, *cuts], [*cuts, len(rows)]):
+            if groups[start] != self._group:
+                self._flush()
+                self._group = int(groups[start])
+            self._pending.append(table.slice(int(rows[start]), int(stop - start)))
 
     def _flush(self) -> None:
         if self._pending:
-            self.write(pa.Table.from_pylist(self._pending, self.schema))
+            # One chunk per row group: the bytes then depend on the rows only, not on batching.
+            table = pa.concat_tables(self._pending).combine_chunks()
+            self._writer.write_table(table)
+            self.rows += table.num_rows
             self._pending = []
 
     def close(self) -> int:
@@ -89,143 +216,89 @@ class _ArrowWriter:
         return self.rows
 
 
-def read_units(name: str, stream: IO[bytes], day: str) -> Iterator[tuple[str, int, bytes] | LedgerRow]:
-    """(file, line number, raw line) per line; a damaged file ends with one ledger row."""
-    line_no = 0
-    try:
-        for raw in stream:
-            line_no += 1
-            yield name, line_no, raw.rstrip(b"\r\n")
-    except (EOFError, OSError, zlib.error, ValueError) as exc:
-        reason = Reason.TRUNCATED_FILE if isinstance(exc, EOFError) else Reason.READ_ERROR
-        detail = f"{type(exc).__name__}: {str(exc)[:200]} after {line_no} lines"
-        yield ledger_row(Rejection.of(reason, detail), day=day, source_file=name, source_line=line_no + 1)
+@dataclass
+class SplitResult:
+    """Rows per output table and ledger rows per (stage, reason) of one file."""
+
+    outputs: dict[str, int] = field(default_factory=dict)
+    reasons: Counter = field(default_factory=Counter)
 
 
-def normalize_part(day: str, name: str, open_stream: Callable[[], IO[bytes]], out_path: Path) -> PartResult:
-    """Firehose file -> canonical rows (staging Parquet) + ledger rows + dedupe keys."""
-    result = PartResult()
-    writer = _ArrowWriter(out_path, CANONICAL_SCHEMA, STAGING_OPTIONS)
-    lines: list[tuple[str, int, bytes]] = []
+@dataclass
+class _Counters:
+    """Rows of the file seen so far as traces, normalized, agentic, ledger (row group numbers)."""
 
-    def flush_lines() -> None:
-        for kind, row in iter_records(lines, day):
-            if kind == "trace":
-                writer.add(row)
-                result.keys.append((row["trace_id"], row.get("updated_at"), row["source_file"], row["source_line"]))
+    trace: int = 0
+    normalized: int = 0
+    agentic: int = 0
+    ledger: int = 0
+
+
+def _ledger_table(rows: pa.RecordBatch, superseded: np.ndarray, loser_lines: np.ndarray,
+                  details: pa.ChunkedArray) -> pa.Table:
+    """Ledger rows from decided rows; superseded traces get their dedupe verdict."""
+    table = pa.Table.from_batches([rows]).select(list(LEDGER_SCHEMA.names))
+    if superseded.any():
+        sup = pa.array(superseded)
+        at = np.searchsorted(loser_lines, rows.column("source_line").to_numpy())  # loser_lines is sorted
+        detail = pc.if_else(sup, details.take(pa.array(np.minimum(at, len(loser_lines) - 1))), table["detail"])
+        for column, value in (("stage", pa.scalar("dedupe")), ("reason", pa.scalar(str(Reason.SUPERSEDED))),
+                              ("detail", detail)):
+            verdict = value if column == "detail" else pc.if_else(sup, value, table[column])
+            table = table.set_column(table.schema.get_field_index(column), column, verdict)
+    return table
+
+
+def _corrupt_rows(batch: pa.RecordBatch, end: FileEnd, day: str, name: str) -> pa.Table:
+    rows = [corrupt_ledger_row(r, end.detail, day=day, source_file=name, source_line=r["source_line"])
+            for r in batch.select(list(LEDGER_SCHEMA.names)).to_pylist()]
+    return pa.Table.from_pylist(rows, LEDGER_SCHEMA)
+
+
+def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[str, Path]) -> SplitResult:
+    """Staged rows of one file -> one Parquet part per table in TABLES (paths in `outs`)."""
+    writers = {name: _GroupWriter(outs[name], STRUCTURAL_SCHEMA if name in ("agentic_traces", "subtask_traces",
+               "gated_traces") else CANONICAL_SCHEMA if name == "normalized_traces" else LEDGER_SCHEMA)
+               for name in TABLES}
+    result, at = SplitResult(), _Counters()
+    loser_lines = superseded.column("source_line").to_numpy()
+    details = superseded.column("detail")
+    with pa.OSFile(str(staged.path), "rb") as source, pa.ipc.open_stream(source) as batches:
+        for batch in batches:
+            if staged.corrupt:
+                ledger = _corrupt_rows(batch, staged.end, day, staged.name)
             else:
-                result.ledger.append(row)
-        lines.clear()
-
-    with open_stream() as stream:
-        for unit in read_units(name, stream, day):
-            result.units += 1
-            if isinstance(unit, dict):
-                result.ledger.append(unit)
-            else:
-                lines.append(unit)
-                if len(lines) >= BATCH_ROWS:
-                    flush_lines()
-    flush_lines()
-    result.kept = writer.close()
+                ledger = _split_batch(batch, loser_lines, details, writers, at)
+            writers["rejected_traces"].add(ledger, np.arange(ledger.num_rows),
+                                           (at.ledger + np.arange(ledger.num_rows)) // LEDGER_GROUP_ROWS)
+            at.ledger += ledger.num_rows
+            result.reasons.update(zip(ledger.column("stage").to_pylist(), ledger.column("reason").to_pylist()))
+    result.outputs = {name: w.close() for name, w in writers.items()}
     return result
 
 
-def superseded(keys: Iterable[tuple[str, str | None, str, int]]) -> dict[tuple[str, int], tuple[str, int, str | None]]:
-    """Within-day dedupe over keys only: loser (file, line) -> winner (file, line, updated_at)."""
-    best: dict[str, dict] = {}
-    losers: list[dict] = []
-    for trace_id, updated_at, source_file, source_line in keys:
-        row = {"updated_at": updated_at, "source_file": source_file, "source_line": source_line}
-        cur = best.get(trace_id)
-        if cur is None:
-            best[trace_id] = row
-        elif _recency(row) > _recency(cur):
-            losers.append(cur)
-            best[trace_id] = row
-        else:
-            losers.append(row)
-        row["trace_id"] = trace_id
-    return {(r["source_file"], r["source_line"]): (best[r["trace_id"]]["source_file"],
-            best[r["trace_id"]]["source_line"], best[r["trace_id"]]["updated_at"]) for r in losers}
-
-
-_IDENTITY = ["trace_id", "eval_run_id", "problem_id", "miner_hotkey", "day", "source_file", "source_line"]
-
-
-def _decide_batches(in_path: Path, columns: list[str]) -> Iterator[tuple[pa.RecordBatch, list[dict]]]:
-    """(whole batch, its rows holding only `columns` + identity): a stage decides on a few
-    columns and then filters whole Arrow batches, never round-tripping messages through dicts."""
-    parquet = pq.ParquetFile(in_path)
-    wanted = list(dict.fromkeys([*_IDENTITY, *columns]))
-    for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
-        yield batch, batch.select(wanted).to_pylist()
-
-
-def dedupe_part(in_path: Path, out_path: Path, losers: dict[tuple[str, int], tuple]) -> PartResult:
-    """Staging part -> final normalized part without superseded rows (they go to the ledger)."""
-    result = PartResult()
-    writer = _ArrowWriter(out_path, CANONICAL_SCHEMA)
-    for batch, rows in _decide_batches(in_path, ["updated_at"]):
-        result.units += len(rows)
-        keep = []
-        for row in rows:
-            winner = losers.get((row["source_file"], row["source_line"]))
-            keep.append(winner is None)
-            if winner is not None:
-                detail = f"superseded by {winner[0]}:{winner[1]} (updated_at {winner[2]} vs {row.get('updated_at')})"
-                result.ledger.append(ledger_row_for_trace(row, Rejection.of(Reason.SUPERSEDED, detail)))
-        writer.write(batch.filter(pa.array(keep)))
-    result.kept = writer.close()
-    result.outputs = {"normalized_traces": result.kept}
-    return result
-
-
-def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: StructuralConfig) -> PartResult:
-    """Normalized part -> agentic rows, sub-task rows (both with their evidence), ledger rows."""
-    result = PartResult()
-    writers = {"agentic": _ArrowWriter(agentic_path, STRUCTURAL_SCHEMA),
-               "subtask": _ArrowWriter(subtask_path, STRUCTURAL_SCHEMA)}
-    for batch, rows in _decide_batches(in_path, ["dialect", "messages", "proxy_evidence"]):
-        result.units += len(rows)
-        labels, evidence = [], []
-        for row in rows:
-            decision = classify(row, cfg)
-            rejection = decision.rejection()
-            if rejection is not None:
-                result.ledger.append(ledger_row_for_trace(row, Rejection(
-                    rejection.stage, rejection.reason, rejection.detail or decision.evidence_json())))
-            labels.append(decision.label)
-            evidence.append(decision.evidence_json())
-        table = pa.Table.from_batches([batch]).append_column("structural_label", pa.array(labels, pa.string())) \
-            .append_column("structural_evidence", pa.array(evidence, pa.string()))
-        for label, writer in writers.items():
-            writer.write(table.filter(pa.array([lab == label for lab in labels])))
-    result.outputs = {f"{label}_traces": w.close() for label, w in writers.items()}
-    result.kept = sum(result.outputs.values())
-    return result
-
-
-def gate_part(in_path: Path, out_path: Path, cfg: GateConfig, tokenizer: Any | None = None) -> PartResult:
-    """Agentic part -> rows that pass the reasoning gate and the format gate, ledger rows."""
-    result = PartResult()
-    writer = _ArrowWriter(out_path, STRUCTURAL_SCHEMA)
-    for batch, rows in _decide_batches(in_path, ["dialect", "reasoning_score", "messages", "tools"]):
-        result.units += len(rows)
-        keep = []
-        for row in rows:
-            rejection = reasoning_gate(row, cfg) or format_gate(row, cfg, tokenizer)
-            keep.append(rejection is None)
-            if rejection is not None:
-                result.ledger.append(ledger_row_for_trace(row, rejection))
-        writer.write(batch.filter(pa.array(keep)))
-    result.kept = writer.close()
-    result.outputs = {"gated_traces": result.kept}
-    return result
-
-
-def write_ledger(rows: list[LedgerRow], path: Path) -> int:
-    """Ledger rows -> one Parquet file, sorted by (file, line, stage) for byte-stable output."""
-    rows = sorted(rows, key=lambda r: (r["source_file"], r["source_line"], r["stage"]))
-    pq.write_table(pa.Table.from_pylist(rows, LEDGER_SCHEMA), path, **FINAL_OPTIONS)
-    return len(rows)
+def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.ChunkedArray,
+                 writers: dict[str, _GroupWriter], at: _Counters) -> pa.Table:
+    """Route one staged batch to the trace tables; returns its ledger rows."""
+    trace = _trace_mask(batch).to_numpy(zero_copy_only=False)
+    superseded = trace & np.isin(batch.column("source_line").to_numpy(), loser_lines)
+    normalized = trace & ~superseded
+    label = batch.column("structural_label")
+    agentic = normalized & pc.fill_null(pc.equal(label, "agentic"), False).to_numpy(zero_copy_only=False)
+    subtask = normalized & pc.fill_null(pc.equal(label, "subtask"), False).to_numpy(zero_copy_only=False)
+    gated = agentic & pc.is_null(batch.column("stage")).to_numpy(zero_copy_only=False)
+    table = pa.Table.from_batches([batch])
+    groups = {}
+    for name, mask in (("trace", trace), ("normalized", normalized), ("agentic", agentic)):
+        start = getattr(at, name)
+        groups[name] = (start + np.cumsum(mask) - 1) // ROW_GROUP_ROWS  # row group of each row in that table's input
+        setattr(at, name, start + int(mask.sum()))
+    canonical = table.select(list(CANONICAL_SCHEMA.names))
+    structural = table.select(list(STRUCTURAL_SCHEMA.names))
+    for name, source, mask, group in (("normalized_traces", canonical, normalized, "trace"),
+                                      ("agentic_traces", structural, agentic, "normalized"),
+                                      ("subtask_traces", structural, subtask, "normalized"),
+                                      ("gated_traces", structural, gated, "agentic")):
+        writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
+    ledger = ~(gated | subtask)
+    return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], loser_lines, details)

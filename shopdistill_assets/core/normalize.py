@@ -9,16 +9,19 @@ a canonical trace or a ledger row (the conservation check counts on it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any, Literal
 
 import orjson
+import polars as pl
 
 from .dialects import DIALECTS, CanonicalTrace, detect_dialect, record_identity
+from .lines import MAX_LINE_BYTES, RAW_LINE_LIMIT
 from .reasons import Reason, Rejection
+from .recency import latest_copy
 
-RAW_LINE_LIMIT = 64 * 1024  # bytes of the raw line a ledger row keeps
-MAX_LINE_BYTES = 64 * 1024 * 1024  # longer lines are not parsed at all
+__all__ = ["LEDGER_COLUMNS", "MAX_LINE_BYTES", "RAW_LINE_LIMIT", "LedgerRow", "dedupe_within_day", "iter_records",
+           "ledger_row", "ledger_row_for_trace", "normalize_lines", "normalize_record", "parse_line",
+           "superseded_detail"]
 
 LedgerRow = dict[str, Any]
 LEDGER_COLUMNS: tuple[str, ...] = (
@@ -64,8 +67,9 @@ def ledger_row_for_trace(row: CanonicalTrace | dict, rejection: Rejection) -> Le
     )
 
 
-def _parse(raw: bytes) -> Any | Rejection:
-    if len(raw) > MAX_LINE_BYTES:
+def parse_line(raw: bytes) -> Any | Rejection:
+    """One raw line -> its JSON value, or the read-stage rejection."""
+    if len(raw) > MAX_LINE_BYTES:  # the line reader never hands these out; a direct caller might
         return Rejection.of(Reason.LINE_TOO_LARGE, f"{len(raw)} bytes > {MAX_LINE_BYTES}")
     if not raw or raw.isspace():  # isspace stops at the first byte of a real line; strip copies
         return Rejection.of(Reason.EMPTY_LINE)
@@ -79,8 +83,13 @@ def _parse(raw: bytes) -> Any | Rejection:
         return Rejection.of(Reason.JSON_DECODE, str(err)[:200])
 
 
-def normalize_record(obj: Any, *, day: str, source_file: str, source_line: int) -> CanonicalTrace | Rejection:
-    """One parsed JSON value -> canonical row or rejection; never raises."""
+def normalize_record(obj: Any, *, day: str, source_file: str, source_line: int,
+                     parsed: dict | None = None) -> CanonicalTrace | Rejection:
+    """One parsed JSON value -> canonical row or rejection; never raises.
+
+    `parsed`, when given, receives the row's `messages` (and, for the primary dialect, its
+    proxy `evidence`) as Python objects, so later stages need not parse the JSON text again.
+    """
     if not isinstance(obj, (dict, list)):
         return Rejection.of(Reason.NOT_AN_OBJECT, f"top-level JSON {type(obj).__name__}")
     name = detect_dialect(obj)
@@ -89,7 +98,7 @@ def normalize_record(obj: Any, *, day: str, source_file: str, source_line: int) 
         hint = f"schema={str(schema)[:80]!r}" if schema is not None else f"top-level {type(obj).__name__}"
         return Rejection.of(Reason.UNKNOWN_DIALECT, hint)
     try:
-        return DIALECTS[name].read(obj, day=day, source_file=source_file, source_line=source_line)
+        return DIALECTS[name].read(obj, day=day, source_file=source_file, source_line=source_line, parsed=parsed)
     except Exception as err:  # a reader bug must cost one ledger row, never the day
         return Rejection.of(Reason.READER_ERROR, f"{name}: {type(err).__name__}: {str(err)[:200]}")
 
@@ -102,7 +111,7 @@ def iter_records(
     `lines` holds (source_file, source_line, raw bytes) with 1-based line numbers.
     """
     for source_file, source_line, raw in lines:
-        obj = _parse(raw)
+        obj = parse_line(raw)
         if isinstance(obj, Rejection):
             yield "rejected", ledger_row(obj, day=day, source_file=source_file, source_line=source_line, raw=raw)
             continue
@@ -127,35 +136,27 @@ def normalize_lines(
     return rows, rejected
 
 
-def _recency(row: CanonicalTrace | dict) -> tuple[datetime, str, int]:
-    """Sort key: updated_at (missing sorts first), then file and line; later wins."""
-    ts = row.get("updated_at")
-    try:
-        when = datetime.fromisoformat(ts) if ts else datetime.min
-    except ValueError:
-        when = datetime.min
-    return when.replace(tzinfo=None), row["source_file"], row["source_line"]
-
-
 def dedupe_within_day(rows: list[CanonicalTrace]) -> tuple[list[CanonicalTrace], list[LedgerRow]]:
-    """Keep, per trace_id, the row with the latest updated_at (tie: later source_file, then line).
+    """Keep, per trace_id, the latest copy (core/recency.py: updated_at, then file, then line).
 
     Kept rows stay in input order; each loser becomes a `superseded` ledger row naming its winner.
     """
-    best: dict[str, CanonicalTrace] = {}
-    for row in rows:
-        cur = best.get(row["trace_id"])
-        if cur is None or _recency(row) > _recency(cur):
-            best[row["trace_id"]] = row
+    if not rows:
+        return [], []
+    keys = pl.DataFrame({"trace_id": [r["trace_id"] for r in rows], "updated_at": [r.get("updated_at") for r in rows],
+                         "source_file": [r["source_file"] for r in rows], "source_line": [r["source_line"] for r in rows]},
+                        schema={"trace_id": pl.String, "updated_at": pl.String, "source_file": pl.String,
+                                "source_line": pl.Int64})
     kept, superseded = [], []
-    for row in rows:
-        winner = best[row["trace_id"]]
+    for row, latest in zip(rows, latest_copy(keys).to_list()):
+        winner = rows[latest]
         if winner is row:
             kept.append(row)
             continue
-        detail = (
-            f"superseded by {winner['source_file']}:{winner['source_line']} "
-            f"(updated_at {winner.get('updated_at')} vs {row.get('updated_at')})"
-        )
-        superseded.append(ledger_row_for_trace(row, Rejection.of(Reason.SUPERSEDED, detail)))
+        superseded.append(ledger_row_for_trace(row, Rejection.of(Reason.SUPERSEDED, superseded_detail(winner, row))))
     return kept, superseded
+
+
+def superseded_detail(winner: dict, loser: dict) -> str:
+    return (f"superseded by {winner['source_file']}:{winner['source_line']} "
+            f"(updated_at {winner.get('updated_at')} vs {loser.get('updated_at')})")

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     JSON_DECODE = "json_decode"
     NOT_AN_OBJECT = "not_an_object"
     TRUNCATED_FILE = "truncated_file"
+    CORRUPT_FILE = "corrupt_file"
     READ_ERROR = "read_error"
     # normalize: a JSON value that is not a usable trace
     UNKNOWN_DIALECT = "unknown_dialect"
@@ -40,6 +41,7 @@ class Reason(StrEnum):
     MISSING_QUERY = "missing_query"
     EMPTY_DIALOGUE = "empty_dialogue"
     BAD_FIELD_TYPE = "bad_field_type"
+    OVER_LIMIT = "over_limit"
     READER_ERROR = "reader_error"
     # dedupe
     SUPERSEDED = "superseded"
@@ -68,12 +70,16 @@ _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.JSON_DECODE, Stage.READ, "the line is not one valid JSON value (e.g. cut off mid-line)"),
     (Reason.NOT_AN_OBJECT, Stage.READ, "the line is valid JSON but neither an object nor an array"),
     (Reason.TRUNCATED_FILE, Stage.READ, "the compressed file ended early; the partial last line is logged"),
+    (Reason.CORRUPT_FILE, Stage.READ, "the file failed its integrity check (gzip CRC, zstd checksum, bad data): "
+                                      "every line of it lands here, none is trusted"),
     (Reason.READ_ERROR, Stage.READ, "the file could not be read past this point (I/O or codec error)"),
     (Reason.UNKNOWN_DIALECT, Stage.NORMALIZE, "the record matches none of the known dialects"),
     (Reason.DIALECT_VIOLATION, Stage.NORMALIZE, "the record breaks its dialect's shape (detail says where)"),
     (Reason.MISSING_QUERY, Stage.NORMALIZE, "no problem text (query) could be found"),
     (Reason.EMPTY_DIALOGUE, Stage.NORMALIZE, "the run has no steps (typically FAILED or TIMED_OUT)"),
     (Reason.BAD_FIELD_TYPE, Stage.NORMALIZE, "a field the pipeline decides on has the wrong type or range"),
+    (Reason.OVER_LIMIT, Stage.NORMALIZE, "the record exceeds a per-record work limit (steps, messages, tool "
+                                         "calls, query size); detail says which"),
     (Reason.READER_ERROR, Stage.NORMALIZE, "the dialect reader failed unexpectedly (a bug; the record is kept here)"),
     (Reason.SUPERSEDED, Stage.DEDUPE, "a later upload of the same run (same trace_id) won within the day"),
     (Reason.NO_TOOL_CALLS, Stage.STRUCTURAL, "the dialogue contains no tool call at all"),

@@ -12,13 +12,16 @@ from pathlib import Path
 import polars as pl
 import xxhash
 
+from .recency import latest_copy
+
 SAMPLE_SPACE = 2**32
 
 
 def latest_per_trace(keys: pl.DataFrame) -> pl.DataFrame:
-    """keys: trace_id, updated_at, day, source_file, source_line -> the winning row per trace_id."""
-    return (keys.sort(["trace_id", "updated_at", "day", "source_file", "source_line"], nulls_last=False)
-            .group_by("trace_id", maintain_order=True).last())
+    """keys: trace_id, updated_at, day, source_file, source_line (+ any columns) -> the winning
+    row per trace_id (core/recency.py's rule), sorted by trace_id."""
+    latest = latest_copy(keys)
+    return keys.filter(latest == pl.Series(range(keys.height), dtype=latest.dtype)).sort("trace_id")
 
 
 def sample_mask(trace_ids: pl.Series, fraction: float, seed: int) -> pl.Series:

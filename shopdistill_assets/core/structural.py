@@ -108,12 +108,17 @@ def _list(v: Any) -> list:
     return v if isinstance(v, list) else []
 
 
-def _proxy_steps(proxy_json: Any) -> list[tuple[list[dict], int, int]] | None:
-    """Per step (inference summaries, search calls, other calls); None without any proxy log."""
+def parse_evidence(proxy_json: Any) -> Any:
+    """The `proxy_evidence` column parsed; None where it is not JSON text."""
     try:
-        ev = orjson.loads(proxy_json) if isinstance(proxy_json, (str, bytes)) else None
+        return orjson.loads(proxy_json) if isinstance(proxy_json, (str, bytes)) else None
     except orjson.JSONDecodeError:
         return None
+
+
+def _proxy_steps(ev: Any) -> list[tuple[list[dict], int, int]] | None:
+    """Per step (inference summaries, search calls, other calls) of the parsed evidence;
+    None without any proxy log."""
     if not isinstance(ev, dict):
         return None
     steps = []
@@ -213,10 +218,15 @@ def _proxy_signals(steps: list[tuple[list[dict], int, int]], turns: list[list[st
     return sig, counts
 
 
-def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = None) -> StructuralDecision:
+_UNPARSED = object()
+
+
+def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = None,
+             evidence: Any = _UNPARSED) -> StructuralDecision:
     """Label one canonical trace agentic / subtask / reject, with the evidence behind it.
 
-    `messages`: the row's `messages` column already parsed (see `parse_messages`), if at hand.
+    `messages`, `evidence`: the row's `messages` and `proxy_evidence` columns already parsed
+    (see `parse_messages`, `parse_evidence`; the fused corpus pass has them as objects).
     """
     cfg = cfg or StructuralConfig()
     if messages is None:
@@ -229,7 +239,7 @@ def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = 
     if dialect != PRIMARY:
         note = "no proxy log in this dialect; its assistant turns emit the tool calls themselves"
         return StructuralDecision("agentic", None, {"basis": "dialect", "dialect": dialect, "note": note})
-    steps = _proxy_steps(row.get("proxy_evidence"))
+    steps = _proxy_steps(parse_evidence(row.get("proxy_evidence")) if evidence is _UNPARSED else evidence)
     if steps is None:
         ev = {"basis": "none", "note": "no proxy calls recorded"}
         label = cfg.no_evidence_label

@@ -26,6 +26,10 @@ from .common import (
     CANONICAL_COLUMNS,
     CATALOGUE_TOOLS,
     MAX_ID_CHARS,
+    MAX_MESSAGES,
+    MAX_QUERY_CHARS,
+    MAX_STEPS,
+    MAX_TOOL_CALLS,
     OPENAI,
     PRIMARY,
     ROLLOUT,
@@ -45,7 +49,8 @@ from .rollout import read_rollout
 FAST_PATH = True  # the primary reader's fast step path; tests turn it off to compare both paths
 
 __all__ = [
-    "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "FAST_PATH", "MAX_ID_CHARS", "MAX_PROXY_CALLS_KEPT",
+    "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "FAST_PATH", "MAX_ID_CHARS", "MAX_MESSAGES",
+    "MAX_PROXY_CALLS_KEPT", "MAX_QUERY_CHARS", "MAX_STEPS", "MAX_TOOL_CALLS",
     "OPENAI", "PRIMARY", "PROXY_CONTENT_HEAD", "ROLLOUT", "SYSTEM_PROMPT", "TOOL_SCHEMAS", "CanonicalTrace",
     "Dialect", "Reader", "Reason", "Rejection", "detect_dialect", "make_trace_id", "parse_updated_at",
     "read_openai_messages", "read_problem_run", "read_rollout", "reasoning_coef", "record_identity",

@@ -86,6 +86,12 @@ class CanonicalTrace(TypedDict):
 
 CANONICAL_COLUMNS: tuple[str, ...] = tuple(CanonicalTrace.__annotations__)
 MAX_ID_CHARS = 256  # identity strings longer than this are hostile, not ids
+# Per-record work limits (reason `over_limit`): far above any real run (ORO allows 25 steps,
+# queries are under 1,000 characters), low enough that no single line costs unbounded work.
+MAX_STEPS = 256
+MAX_MESSAGES = 1024
+MAX_TOOL_CALLS = 1024
+MAX_QUERY_CHARS = 8192
 
 
 # ---- small, type-distrusting accessors -------------------------------------------------
@@ -132,6 +138,14 @@ def _bad_type(path: str, v: Any) -> Rejection:
     return Rejection.of(Reason.BAD_FIELD_TYPE, f"{path} is {type(v).__name__}")
 
 
+def _over_limit(what: str, n: int, limit: int) -> Rejection:
+    return Rejection.of(Reason.OVER_LIMIT, f"{what} {n} > {limit}")
+
+
+def _query_over_limit(query: str) -> Rejection | None:
+    return _over_limit("query characters", len(query), MAX_QUERY_CHARS) if len(query) > MAX_QUERY_CHARS else None
+
+
 # ---- ids, times, scores, thinks, tools ---------------------------------------------------
 
 
@@ -151,7 +165,10 @@ def parse_updated_at(v: Any) -> str | None:
     if len(v) == 20 and v[10] == "T" and v[19] == "Z":
         return v  # already the canonical shape, and valid
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        try:
+            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError:  # e.g. year 1 at +01:00 is before the first representable time
+            return None
     return dt.isoformat() + "Z"
 
 

@@ -30,7 +30,7 @@ from .common import (
 class _Dialogue:
     """Accumulates canonical messages; hands out tool-call ids unique within the trace."""
 
-    __slots__ = ("messages", "ids", "names", "n_steps", "n_tool_calls")
+    __slots__ = ("messages", "ids", "names", "n_steps", "n_tool_calls", "_next_suffix")
 
     def __init__(self, system: str | None, query: str) -> None:
         self.messages: list[dict] = [] if system is None else [{"role": "system", "content": system}]
@@ -39,14 +39,23 @@ class _Dialogue:
         self.names: set[str] = set()
         self.n_steps = 0
         self.n_tool_calls = 0
+        self._next_suffix: dict[str, int] = {}  # base id -> the suffix to try next
 
     def call_id(self, hint: Any, step: int, k: int) -> str:
-        """The record's id when usable and unused; a repeat (same call again) gets _2, _3, …"""
+        """The record's id when usable and unused; a repeat (same call again) gets _2, _3, …
+
+        The first free suffix is remembered per base (ids are only ever added, so a suffix
+        found taken stays taken): k repeats of one id cost O(k), not O(k²).
+        """
         base = hint if isinstance(hint, str) and 0 < len(hint) <= 64 else f"call_{step}_{k}"
-        cid, n = base, 1
-        while cid in self.ids:
-            n += 1
+        cid = base
+        if cid in self.ids:
+            n = self._next_suffix.get(base, 2)
             cid = f"{base}_{n}"
+            while cid in self.ids:
+                n += 1
+                cid = f"{base}_{n}"
+            self._next_suffix[base] = n + 1
         self.ids.add(cid)
         return cid
 
@@ -143,12 +152,20 @@ def _step_parts(step: Any, where: _Where) -> tuple[str, str, list] | Rejection:
 
 def _row(
     dialect: str, convo: _Dialogue, ids: dict, obj: dict, problem: dict, query: str,
-    day: str, source_file: str, source_line: int, *, trace_id: str, proxy_evidence: str | None,
-    tools: str | None = None,
+    day: str, source_file: str, source_line: int, *, trace_id: str, proxy_evidence: Any = None,
+    tools: str | None = None, parsed: dict | None = None,
 ) -> CanonicalTrace | Rejection:
+    """The canonical row. `proxy_evidence`: the evidence object (written as JSON here);
+    `parsed`, when given, receives `messages` and `evidence` as objects (see normalize_record)."""
     messages = convo.messages_json()
     if messages is None:
         return _violation("messages cannot be written as JSON (nesting too deep)")
+    if parsed is not None:
+        parsed["messages"] = convo.messages
+        parsed["evidence"] = proxy_evidence
+    evidence_json = None if proxy_evidence is None else _dumps(proxy_evidence)
+    if proxy_evidence is not None and evidence_json is None:
+        return _violation("proxy evidence cannot be written as JSON")
     get, ids_get = obj.get, ids.get  # bound once: twenty lookups a trace
     q = _float(get("reasoning_score"))
     return {
@@ -180,5 +197,5 @@ def _row(
         "source_line": source_line,
         "messages": messages,
         "tools": tools if tools is not None else tools_json(convo.names),
-        "proxy_evidence": proxy_evidence,
+        "proxy_evidence": evidence_json,
     }

@@ -6,12 +6,16 @@ from typing import Any
 
 from ..reasons import Reason, Rejection
 from .common import (
+    MAX_MESSAGES,
+    MAX_TOOL_CALLS,
     OPENAI,
     CanonicalTrace,
     _bad_type,
     _content_digest,
     _dict,
     _dumps,
+    _over_limit,
+    _query_over_limit,
     _violation,
     make_trace_id,
     split_think,
@@ -35,6 +39,8 @@ def _openai_tool_calls(raw: Any, where: str, convo: _Dialogue) -> list[dict] | R
         return []
     if not isinstance(raw, list):
         return _bad_type(f"{where}.tool_calls", raw)
+    if convo.n_tool_calls + len(raw) > MAX_TOOL_CALLS:
+        return _over_limit("tool calls", convo.n_tool_calls + len(raw), MAX_TOOL_CALLS)
     calls = []
     for k, tc in enumerate(raw):
         fn = tc.get("function") if isinstance(tc, dict) else None
@@ -94,17 +100,22 @@ def _openai_tools(raw: Any, names: set[str]) -> str | Rejection:
     return text if text is not None else _violation("tools cannot be written as JSON")
 
 
-def read_openai_messages(obj: Any, *, day: str, source_file: str, source_line: int) -> CanonicalTrace | Rejection:
+def read_openai_messages(obj: Any, *, day: str, source_file: str, source_line: int,
+                         parsed: dict | None = None) -> CanonicalTrace | Rejection:
     """Dialect `openai.messages`: already canonical; validated, stripped to known keys, passed on."""
     if not isinstance(obj, dict):
         return _violation("an openai.messages record must be an object")
     raw = obj.get("messages")
     if not isinstance(raw, list) or not raw:
         return _violation("messages must be a non-empty list")
+    if len(raw) > MAX_MESSAGES:
+        return _over_limit("messages", len(raw), MAX_MESSAGES)
     first_user = next((m for m in raw if isinstance(m, dict) and m.get("role") == "user"), None)
     query = _text_content(first_user.get("content")) if first_user else None
     if not query or not query.strip():
         return Rejection.of(Reason.MISSING_QUERY, "no user message with text")
+    if too_long := _query_over_limit(query):
+        return too_long
     convo = _Dialogue(None, query)
     convo.messages.clear()  # the record's own messages, system prompt included, in order
     for i, m in enumerate(raw):
@@ -118,5 +129,5 @@ def read_openai_messages(obj: Any, *, day: str, source_file: str, source_line: i
     rid = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) and str(rid) else _content_digest(obj)
     return _row(
         OPENAI, convo, {}, {}, {}, query, day, source_file, source_line,
-        trace_id=make_trace_id(OPENAI, rid), proxy_evidence=None, tools=tools,
+        trace_id=make_trace_id(OPENAI, rid), proxy_evidence=None, tools=tools, parsed=parsed,
     )

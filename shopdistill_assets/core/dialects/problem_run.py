@@ -15,12 +15,16 @@ import orjson
 from ..reasons import Reason, Rejection
 from .common import (
     MAX_ID_CHARS,
+    MAX_STEPS,
+    MAX_TOOL_CALLS,
     PRIMARY,
     SYSTEM_PROMPT,
     CanonicalTrace,
     _bad_type,
     _dict,
     _float,
+    _over_limit,
+    _query_over_limit,
     _str,
     _violation,
     make_trace_id,
@@ -73,6 +77,8 @@ def _primary_step_fast(step: Any, convo: _Dialogue) -> bool:
     think, response, raw_calls = message["think"], message.get("response") or "", message.get("tool_call") or []
     if type(think) is not str or not think or type(response) is not str or type(raw_calls) is not list:
         return False
+    if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
+        return False  # the careful path names the limit
     msg: dict[str, Any] = {"role": "assistant", "content": response, "reasoning_content": think}
     if len(raw_calls) != 1:
         return _many_calls_fast(raw_calls, msg, convo)
@@ -126,6 +132,8 @@ def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
     if isinstance(parts, Rejection):
         return parts
     think, response, raw_calls = parts
+    if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
+        return _over_limit("tool calls", convo.n_tool_calls + len(raw_calls), MAX_TOOL_CALLS)
     calls, results = [], []
     for k, item in enumerate(raw_calls):
         call = _tool_call(item, where, convo, i, k)
@@ -143,7 +151,8 @@ def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
     return None
 
 
-def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int) -> CanonicalTrace | Rejection:
+def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
+                     parsed: dict | None = None) -> CanonicalTrace | Rejection:
     """Dialect `sn15.problem_run/v1`: a validator's record of one problem run."""
     if not isinstance(obj, dict):
         return _violation("a problem run must be an object")
@@ -156,9 +165,13 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int) 
         return _bad_type("dialogue", dialogue)
     if not dialogue:
         return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={_str(obj.get('status'))!s}, no steps")
+    if len(dialogue) > MAX_STEPS:
+        return _over_limit("steps", len(dialogue), MAX_STEPS)
     query = _str(problem.get("query")) or _str(_dict(_dict(dialogue[0]).get("extra_info")).get("query"))
     if not query or not query.strip():
         return Rejection.of(Reason.MISSING_QUERY, "problem.query and dialogue[0].extra_info.query are empty")
+    if too_long := _query_over_limit(query):
+        return too_long
     convo = _Dialogue(SYSTEM_PROMPT, query)
     evidence = _ProxyEvidence()
     fast = _fast_path_on()
@@ -176,5 +189,5 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int) 
     return _row(
         PRIMARY, convo, ids, obj, problem, query, day, source_file, source_line,
         trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
-        proxy_evidence=evidence.json(),
+        proxy_evidence=evidence.as_object(), parsed=parsed,
     )

@@ -121,5 +121,9 @@ class _ProxyEvidence:
         ts = extra.get("timestamp")
         self.steps.append({"ts": ts if type(ts) is int else None, "inference": inference, "search": search, "other": other})
 
+    def as_object(self) -> dict:
+        """The `proxy_evidence` column's value before it is written as JSON."""
+        return {"steps": self.steps, "dropped": self.dropped}
+
     def json(self) -> str:
-        return orjson.dumps({"steps": self.steps, "dropped": self.dropped}).decode()
+        return orjson.dumps(self.as_object()).decode()

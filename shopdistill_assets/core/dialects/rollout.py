@@ -7,7 +7,21 @@ from typing import Any
 import orjson
 
 from ..reasons import Reason, Rejection
-from .common import ROLLOUT, SYSTEM_PROMPT, CanonicalTrace, _content_digest, _dict, _dumps, _str, _violation, make_trace_id
+from .common import (
+    MAX_STEPS,
+    MAX_TOOL_CALLS,
+    ROLLOUT,
+    SYSTEM_PROMPT,
+    CanonicalTrace,
+    _content_digest,
+    _dict,
+    _dumps,
+    _over_limit,
+    _query_over_limit,
+    _str,
+    _violation,
+    make_trace_id,
+)
 from .dialogue import _Dialogue, _row, _step_parts, _tool_call, _Where
 
 def _obs_blocks(prompt: Any) -> tuple[str, int]:
@@ -90,7 +104,8 @@ def _rollout_system_and_query(steps: list) -> tuple[str | None, str | None]:
     return system, query
 
 
-def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int) -> CanonicalTrace | Rejection:
+def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int,
+                 parsed: dict | None = None) -> CanonicalTrace | Rejection:
     """Dialect `shoppingbench.rollout`: a list of steps; results arrive in the next prompt.
 
     The last step's results are never recorded, so its calls get no tool turn (the format
@@ -98,12 +113,16 @@ def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int) -> C
     """
     if not isinstance(obj, list) or not obj:
         return _violation("a rollout must be a non-empty list of steps")
+    if len(obj) > MAX_STEPS:
+        return _over_limit("steps", len(obj), MAX_STEPS)
     for i, step in enumerate(obj):
         if not isinstance(step, dict):
             return _violation(f"step[{i}] is {type(step).__name__}, not an object")
     system, query = _rollout_system_and_query(obj)
     if not query or not query.strip():
         return Rejection.of(Reason.MISSING_QUERY, "no extra_info.query and no 'User:' line in the first prompt")
+    if too_long := _query_over_limit(query):
+        return too_long
     convo = _Dialogue(system if system is not None else SYSTEM_PROMPT, query)
     seen_blocks = _obs_blocks(obj[0].get("prompt"))[1]
     for i, step in enumerate(obj):
@@ -112,6 +131,8 @@ def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int) -> C
         if isinstance(parts, Rejection):
             return parts
         think, response, raw_calls = parts
+        if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
+            return _over_limit("tool calls", convo.n_tool_calls + len(raw_calls), MAX_TOOL_CALLS)
         calls = []
         for k, item in enumerate(raw_calls):
             call = _tool_call(item, where, convo, i, k)
@@ -131,5 +152,5 @@ def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int) -> C
         seen_blocks = count
     return _row(
         ROLLOUT, convo, {}, {}, {}, query, day, source_file, source_line,
-        trace_id=make_trace_id(ROLLOUT, _content_digest(obj)), proxy_evidence=None,
+        trace_id=make_trace_id(ROLLOUT, _content_digest(obj)), proxy_evidence=None, parsed=parsed,
     )
