@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from shopdistill_assets import settings
 from shopdistill_assets.train import STAGE_ORDER, STAGES
 
 SNAPSHOT_ASSETS = ["train_corpus", "train_problems", "train_rollouts", "teacher_rollouts", "resft_dataset",
@@ -63,9 +64,11 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
 
     resources = build_resources()
     # The jobs' raw output goes to each stage's stage.log; the terminal gets one line a stage.
-    launcher = resources["launcher"]
-    resources["launcher"] = type(launcher)(**{**{f: getattr(launcher, f) for f in type(launcher).model_fields},
-                                              "echo_output": False})
+    from dagster import EnvVar
+
+    from resources.launcher import TrainingLauncher
+
+    resources["launcher"] = TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED), echo_output=False)
     results = []
     for name in stages:
         stage = STAGES[name]
@@ -106,10 +109,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _store():
     """The checkpoint store and the lake the SHOPDISTILL_* variables name (outside a run)."""
-    from shopdistill_assets.definitions import build_resources
+    from shopdistill_assets.core.checkpoint_store import CheckpointStore
     from shopdistill_assets.lake_sql import lake_resource
 
-    return build_resources()["checkpoints"].store(), lake_resource()
+    roots = settings.resolve_roots()
+    return CheckpointStore(roots.checkpoints, endpoint_url=roots.endpoint_url), lake_resource()
 
 
 def lineage_of(ident: str) -> dict[str, Any]:

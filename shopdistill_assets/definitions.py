@@ -72,15 +72,13 @@ def build_resources(
     """Resources reading SHOPDISTILL_FIREHOSE / _LAKE / _S3_ENDPOINT_URL. Given roots are written
     into this process's environment first (what the CLI's --firehose/--lake do), so a run here
     and a run launched by the UI with the same variables read the same places."""
-    roots = settings.export_roots(firehose_root, lake_root, endpoint_url)
-    # Training resources (checkpoint store, launcher) read their own variables, defaults under HOME.
-    checkpoints_root = os.environ.get("SHOPDISTILL_CHECKPOINTS") or os.path.join(roots.home, "checkpoints")
+    settings.export_roots(firehose_root, lake_root, endpoint_url)
     return {
         "firehose": FirehoseResource(root=EnvVar(settings.FIREHOSE), endpoint_url=_endpoint()),
         "lake": LakeResource(root=EnvVar(settings.LAKE), endpoint_url=_endpoint()),
-        "checkpoints": CheckpointStoreResource(root=checkpoints_root, endpoint_url=roots.endpoint_url,
-                                               base_model=os.environ.get("SHOPDISTILL_BASE_MODEL") or "tiny-qwen3"),
-        "launcher": TrainingLauncher(deepspeed_config=os.environ.get("SHOPDISTILL_DEEPSPEED") or "zero2"),
+        "checkpoints": CheckpointStoreResource(root=EnvVar(settings.CHECKPOINTS), endpoint_url=_endpoint(),
+                                               base_model=EnvVar(settings.BASE_MODEL)),
+        "launcher": TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED)),
     }
 
 

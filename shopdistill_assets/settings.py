@@ -14,6 +14,9 @@ Dagster.
 | SHOPDISTILL_START_DATE      | `2026-11-01`, the first daily partition |
 | SHOPDISTILL_SUITES          | `$SHOPDISTILL_HOME/arena/suites` (ground truth for heldout_eval_set) |
 | SHOPDISTILL_DECONTAMINATE   | unset: public test sets (paths joined by `:`) excluded from training |
+| SHOPDISTILL_CHECKPOINTS     | `$SHOPDISTILL_HOME/checkpoints` (folder or s3://…): the checkpoint store |
+| SHOPDISTILL_BASE_MODEL      | `tiny-qwen3` (built offline); a Hugging Face id or folder, e.g. Qwen/Qwen3-4B |
+| SHOPDISTILL_DEEPSPEED       | `zero2`; `zero3` or a ZeRO JSON file |
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ S3_ENDPOINT_URL = "SHOPDISTILL_S3_ENDPOINT_URL"
 START_DATE = "SHOPDISTILL_START_DATE"
 SUITES = "SHOPDISTILL_SUITES"
 DECONTAMINATE = "SHOPDISTILL_DECONTAMINATE"
+CHECKPOINTS = "SHOPDISTILL_CHECKPOINTS"
+BASE_MODEL = "SHOPDISTILL_BASE_MODEL"
+DEEPSPEED = "SHOPDISTILL_DEEPSPEED"
+DEFAULT_BASE_MODEL = "tiny-qwen3"
+DEFAULT_DEEPSPEED = "zero2"
 
 DEFAULT_START_DATE = "2026-11-01"
 
@@ -39,6 +47,9 @@ class Roots:
     firehose: str
     lake: str
     endpoint_url: str | None
+    checkpoints: str = ""
+    base_model: str = DEFAULT_BASE_MODEL
+    deepspeed: str = DEFAULT_DEEPSPEED
 
 
 def _home(environ) -> str:
@@ -54,6 +65,9 @@ def resolve_roots(environ=None) -> Roots:
         firehose=environ.get(FIREHOSE) or str(Path(home) / "arena" / "firehose"),
         lake=environ.get(LAKE) or str(Path(home) / "lake"),
         endpoint_url=environ.get(S3_ENDPOINT_URL) or None,
+        checkpoints=environ.get(CHECKPOINTS) or str(Path(home) / "checkpoints"),
+        base_model=environ.get(BASE_MODEL) or DEFAULT_BASE_MODEL,
+        deepspeed=environ.get(DEEPSPEED) or DEFAULT_DEEPSPEED,
     )
 
 
@@ -71,6 +85,9 @@ def export_roots(firehose: str | None = None, lake: str | None = None,
     roots = resolve_roots()
     os.environ[FIREHOSE] = _absolute(roots.firehose)
     os.environ[LAKE] = _absolute(roots.lake)
+    os.environ[CHECKPOINTS] = _absolute(roots.checkpoints)
+    os.environ[BASE_MODEL] = roots.base_model
+    os.environ[DEEPSPEED] = roots.deepspeed
     return resolve_roots()
 
 
@@ -85,7 +102,9 @@ def start_date(environ=None) -> str:
 
 def describe(roots: Roots) -> str:
     """`export` lines a shell (or an .env file) can take back."""
-    lines = [f"export {HOME}={roots.home}", f"export {FIREHOSE}={roots.firehose}", f"export {LAKE}={roots.lake}"]
+    lines = [f"export {HOME}={roots.home}", f"export {FIREHOSE}={roots.firehose}", f"export {LAKE}={roots.lake}",
+             f"export {CHECKPOINTS}={roots.checkpoints}", f"export {BASE_MODEL}={roots.base_model}",
+             f"export {DEEPSPEED}={roots.deepspeed}"]
     if roots.endpoint_url:
         lines.append(f"export {S3_ENDPOINT_URL}={roots.endpoint_url}")
     lines.append(f"export {START_DATE}={start_date()}")
