@@ -56,11 +56,14 @@ def test_killed_corpus_runs_leave_no_mixed_or_missing_day_and_a_rerun_is_identic
 
     rng = random.Random(5)
     instance = open_instance(home, monkeypatch)
-    killed = []
-    for k in range(KILLS):  # inputs B, A, B: a killed rerun must not mix them either
-        firehose = inputs["b" if k % 2 == 0 else "a"]
-        killed.append(lake_stress.kill_at_random(firehose, lake, DAY, home, rng.uniform(0.05, 0.95) * run_s,
+    killed, attempts = [], 0
+    while sum(k is not None for k in killed) < KILLS and attempts < 3 * KILLS:
+        firehose = inputs["b" if attempts % 2 == 0 else "a"]  # inputs B, A, B: a killed rerun must not mix them
+        # A run takes ~1-2 s and is seen started a little late; a kill that lands after the run has
+        # already succeeded kills no run (None) and another attempt is made.
+        killed.append(lake_stress.kill_at_random(firehose, lake, DAY, home, rng.uniform(0.05, 0.6) * run_s,
                                                   instance))
+        attempts += 1
     rerun = lake_stress.start_corpus(inputs["a"], lake, DAY, home)
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err.decode()[-3000:]
@@ -69,7 +72,7 @@ def test_killed_corpus_runs_leave_no_mixed_or_missing_day_and_a_rerun_is_identic
     assert reader.returncode == 0, err.decode()[-3000:]
     tally = json.loads(out.read_text())
 
-    print(f"\ncrash test: {sum(k is not None for k in killed)} of {KILLS} runs killed (a run takes ~{run_s:.1f} s); "
+    print(f"\ncrash test: {sum(k is not None for k in killed)} runs killed in {attempts} attempts (a run takes ~{run_s:.1f} s); "
           f"reader: {tally['reads']} table reads of {tally['tables']} tables, {len(tally['bad'])} mixed, "
           f"{tally['missing']} missing")
     assert sum(k is not None for k in killed) >= 2
@@ -79,7 +82,7 @@ def test_killed_corpus_runs_leave_no_mixed_or_missing_day_and_a_rerun_is_identic
     assert lake_stress.corpus_tables(lake, DAY) == expected, "a rerun after kills is byte-identical"
     statuses = {r.dagster_run.run_id: r.dagster_run.status for r in instance.get_run_records()}
     assert dg.DagsterRunStatus.STARTED not in statuses.values(), "killed runs do not stay STARTED"
-    assert dg.DagsterRunStatus.FAILURE in {statuses[k] for k in killed if k}
+    assert {statuses[k] for k in killed if k} == {dg.DagsterRunStatus.FAILURE}, "every killed run is marked failed"
     LakeResource(root=str(lake)).clean_stale(grace_s=0)  # versions retired within the grace period
     assert lake_stress.leftovers(lake) == []
 

@@ -333,7 +333,7 @@ def test_a_merge_that_moves_a_heldout_problem_flags_its_evaluation_stale(arena, 
     resources = resources_for(firehose, lake_root)
     ops = {"leak_clusters": {"heldout_share": share}}
     instance = dg.DagsterInstance.ephemeral()
-    run([CORPUS_ASSETS[0], *LEAK], resources, DAYS[0], ops=ops, instance=instance)
+    run([raw_firehose, *CORPUS_ASSETS, *LEAK], resources, DAYS[0], ops=ops, instance=instance)
     heldout = run([heldout_eval_set], resources, ops={"heldout_eval_set": {"suites": [str(suites)]}}, instance=instance)
     rows = pl.read_parquet(Path(meta(heldout, "heldout_eval_set")["path"]) / "part-00000.parquet").to_dicts()
     assert [(r["problem_id"], r["suite_problem_id"]) for r in rows] == [(ids["a"], truth.problem_id)]
@@ -345,7 +345,7 @@ def test_a_merge_that_moves_a_heldout_problem_flags_its_evaluation_stale(arena, 
     assert meta(first, "policy_eval")["asr"] == 1.0 and checks(first) == {"not_stale": True}
 
     for day in DAYS[1:3]:  # b trains; c links a to b: a's cluster is train-side from now on
-        run([CORPUS_ASSETS[0], *LEAK], resources, day, ops=ops, instance=instance)
+        run([raw_firehose, *CORPUS_ASSETS, *LEAK], resources, day, ops=ops, instance=instance)
     assert dict(resources["lake"].read_day("leak_clusters", DAYS[2]).select("problem_id", "side").iter_rows())[
         ids["a"]] == "train"
     # the check alone, later, over every evaluation in the lake (no re-evaluation)
