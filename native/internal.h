@@ -1,0 +1,59 @@
+/* State shared by record.c (the reader) and decide.c (structural filter and gates). */
+#ifndef SD_INTERNAL_H
+#define SD_INTERNAL_H
+
+#include <stdio.h>
+
+#include "fastpath.h"
+
+typedef struct {
+    sv name;
+    int tool; /* index into cfg.tools, -1 when unknown */
+    sv cid;
+    uint32_t params; /* node of `parameters` in the line, 0 when absent */
+    int params_is_str;
+    size_t args_off; /* arguments text in sd_ctx.args unless params_is_str */
+    sv args;         /* .s valid only when params_is_str */
+    uint32_t result; /* node of `result`, 0 when absent */
+} call_t;
+
+typedef struct {
+    sv think, content;
+    size_t call_lo, call_hi;
+} turn_t;
+
+typedef struct {
+    int mt_valid, ct_valid, response_format, emits, tools;
+    int64_t mt, ct;
+} infer_t;
+
+typedef struct {
+    size_t n_infer, n_search;
+    int64_t other;
+} step_ev_t;
+
+struct sd_ctx {
+    sd_config cfg;
+    jdoc doc, adoc;
+    call_t *calls;
+    size_t n_calls, calls_cap;
+    turn_t *turns;
+    size_t n_turns, turns_cap;
+    infer_t *infer;
+    size_t n_infer, infer_cap;
+    sv *search;
+    size_t n_search, search_cap;
+    step_ev_t *ev_steps;
+    size_t n_ev_steps, ev_steps_cap;
+    int64_t ev_kept, ev_dropped;
+    buf_t args, result, idbuf, scratch, scratch2, shapes;
+    size_t tok_bytes, tok_digits, tok_parts, n_messages;
+    uint32_t tools_used;
+    const char *err;
+};
+
+#define SD_MAX_CALLS 1024
+
+int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *m, buf_t *ev);
+
+#endif
