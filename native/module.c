@@ -741,8 +741,8 @@ static PyTypeObject DeciderType = {
     .tp_doc = "The corpus fast path over batches of raw firehose lines.",
 };
 
-/* dump(data) -> bytes as orjson.dumps(orjson.loads(data)) would write, or None where this reader
- * does not accept the input (tests compare it with orjson). */
+/* dump(data) -> (bytes as orjson.dumps(orjson.loads(data)) writes them, or None; why not; whether
+ * that is a limit of this reader rather than invalid JSON). Tests compare it with orjson. */
 static PyObject *dump(PyObject *mod, PyObject *arg)
 {
     (void)mod;
@@ -754,17 +754,19 @@ static PyObject *dump(PyObject *mod, PyObject *arg)
     jdoc_init(&d);
     buf_t b = {0};
     PyObject *out;
-    if (jdoc_parse(&d, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg)) || emit_value(&b, &d, 0) || b.oom)
-        out = Py_BuildValue("(Os)", Py_None, d.err ? d.err : "float not written exactly");
+    if (jdoc_parse(&d, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg)))
+        out = Py_BuildValue("(OsO)", Py_None, d.err, d.unsupported ? Py_True : Py_False);
+    else if (emit_value(&b, &d, 0) || b.oom)
+        out = Py_BuildValue("(OsO)", Py_None, "a float this writer cannot reproduce", Py_True);
     else
-        out = Py_BuildValue("(y#O)", b.p ? b.p : "", (Py_ssize_t)b.len, d.unsupported ? Py_True : Py_False);
+        out = Py_BuildValue("(y#OO)", b.p ? b.p : "", (Py_ssize_t)b.len, Py_None, Py_False);
     jdoc_free(&d);
     buf_free(&b);
     return out;
 }
 
 static PyMethodDef module_methods[] = {
-    {"dump", dump, METH_O, "dump(data) -> (orjson-style bytes or None, detail)"},
+    {"dump", dump, METH_O, "dump(data) -> (orjson-style bytes or None, error or None, unsupported)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -780,6 +782,14 @@ PyMODINIT_FUNC PyInit__corpus_native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
+    PyObject *names = PyTuple_New(N_COLS);
+    for (int k = 0; names && k < N_COLS; k++)
+        PyTuple_SET_ITEM(names, k, PyUnicode_FromString(COL_NAMES[k]));
+    if (!names || PyModule_AddObject(m, "COLUMNS", names) < 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&DeciderType);
     if (PyModule_AddObject(m, "Decider", (PyObject *)&DeciderType) < 0) {
         Py_DECREF(&DeciderType);

@@ -1,0 +1,248 @@
+"""The compiled fast path (core/native.py over native/*.c) against the Python reference.
+
+Identity is the contract: for any batch of lines, `native.decide_lines` returns the same Arrow
+batch as `decide.decide_lines`, column by column. Checked on simulator days of every kind
+(seeds, dialect mixes, corruption, re-uploads, a cut file), on the shared samples, on real
+records re-written as `json.dumps` writes them, on hostile lines, and on thousands of random
+mutations of real records; the JSON reader alone is checked against orjson.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from datetime import date
+from pathlib import Path
+
+import orjson
+import pytest
+
+from shopdistill_assets.core import decide, native
+from shopdistill_assets.core.gates import GateConfig
+from shopdistill_assets.core.structural import StructuralConfig
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the C extension is not built here")
+
+DAY = "2026-11-01"
+CFG = decide.DecideConfig()
+
+
+def assert_same(lines: list[bytes], cfg: decide.DecideConfig = CFG, name: str = "part-000.jsonl.gz",
+                first: int = 1) -> float:
+    """Both paths on one batch: equal column by column; returns the native path's fast share."""
+    ref = decide.decide_lines(name, first, lines, DAY, cfg)
+    out = native.decide_lines(name, first, lines, DAY, cfg)
+    assert out.schema == ref.schema
+    for column in ref.schema.names:
+        a, b = ref.column(column), out.column(column)
+        if not a.equals(b):
+            la, lb = a.to_pylist(), b.to_pylist()
+            k = next(i for i in range(len(la)) if la[i] != lb[i])
+            pytest.fail(f"{column} differs at line {first + k}:\n ref {la[k]!r:.400}\n nat {lb[k]!r:.400}\n"
+                        f" line {lines[k][:300]!r}")
+    return native.fast_share(name, first, lines, DAY, cfg)
+
+
+def day_lines(root: Path) -> dict[str, list[bytes]]:
+    out = {}
+    for path in sorted(root.glob("firehose/day=*/*.jsonl.gz")):
+        lines = []
+        try:
+            with gzip.open(path, "rb") as stream:
+                lines.extend(raw.rstrip(b"\r\n") for raw in stream)
+        except EOFError:
+            pass  # the simulator's cut file: its intact lines
+        out[path.name] = lines
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim_days(tmp_path_factory) -> dict[str, dict[str, list[bytes]]]:
+    """Small simulated days: three seeds with the defaults, one full of other dialects and
+    corruption, one where every run is re-uploaded."""
+    from shopdistill_assets.sim import ArenaConfig, simulate
+
+    kinds = {
+        "seed0": dict(seed=0), "seed1": dict(seed=1), "seed2": dict(seed=2),
+        "mixed": dict(seed=3, other_dialect_share=0.5, corrupt_share=0.08),
+        "reuploads": dict(seed=4, reupload_share=1.0),
+    }
+    days = {}
+    for kind, extra in kinds.items():
+        root = tmp_path_factory.mktemp(kind)
+        simulate(ArenaConfig(out=root, start_day=date.fromisoformat(DAY), days=2, traces_per_day=150, **extra))
+        days[kind] = day_lines(root)
+    return days
+
+
+@pytest.mark.parametrize("kind", ["seed0", "seed1", "seed2", "mixed", "reuploads"])
+def test_simulator_days_identical(sim_days, kind: str) -> None:
+    shares = [assert_same(lines, name=name) for name, lines in sim_days[kind].items() if lines]
+    if kind != "mixed":  # most lines of an ordinary day take the fast path
+        assert sum(shares) / len(shares) > 0.85
+
+
+def test_batches_and_line_numbers(sim_days) -> None:
+    lines = next(iter(sim_days["seed0"].values()))
+    for start in (0, 7, 100):
+        assert_same(lines[start:start + 13], first=start + 1)
+
+
+def test_other_configurations(sim_days) -> None:
+    lines = [line for file in sim_days["seed1"].values() for line in file][:200]
+    for cfg in (
+        decide.DecideConfig(StructuralConfig(subtask_threshold=1, no_evidence_label="agentic",
+                                             no_inference_label="subtask", templated_min_turns=2),
+                            GateConfig(min_reasoning_score=0.8, max_tokens=3000, allow_extra_arguments=True)),
+        decide.DecideConfig(gates=GateConfig(null_reasoning_score_policy="keep", judged_dialects=())),
+        decide.DecideConfig(gates=GateConfig(judged_dialects=(), missing_judge_policy="reject")),
+    ):
+        assert_same(lines, cfg)
+
+
+def test_shared_samples(shared_dir: Path) -> None:
+    samples = shared_dir / "samples"
+    lines = gzip.decompress((samples / "sn15-day.jsonl.gz").read_bytes()).splitlines()
+    lines += (samples / "openai-messages.jsonl").read_bytes().splitlines()
+    lines.append(orjson.dumps(orjson.loads((samples / "shoppingbench-rollout.json").read_bytes())))
+    assert_same(lines)
+    assert native.fast_share("s", 1, lines[:6], DAY, CFG) == 1.0  # the six readable primary lines
+
+
+def test_json_dumps_style_input(sim_days) -> None:
+    """Records written with whitespace and \\u escapes (Python's json.dumps): the C writer
+    re-escapes them as orjson does, and stays on the fast path."""
+    lines = [line for line in next(iter(sim_days["seed2"].values()))[:80]]
+    rewritten = []
+    for line in lines:
+        try:
+            rewritten.append(json.dumps(orjson.loads(line)).encode())
+        except orjson.JSONDecodeError:
+            rewritten.append(line)
+    assert assert_same(rewritten) > 0.85
+
+
+# ---- hostile input ---------------------------------------------------------------------------
+
+HOSTILE_VALUES = [
+    None, True, False, 0, -0.0, 1, -1, 2**63 - 1, 2**63, 2**64 - 1, 1.5, 1e300, 0.1, "", " ", "\u00a0", "x" * 300,
+    "\u2028", "caf\u00e9", "\U0001f600", "a\nb", "<think>t</think>", "<tool_call>", "find_product", [], {}, [1, [2]],
+    {"a": {"b": [None]}}, "\x00", "\\", '"',
+]
+RAW_HOSTILE = [
+    b"", b"   ", b"\t", b"null", b"1", b'"just a string"', b"[]", b"{}", b"[1,2", b'{"a":', b"\xff\xfe",
+    b'{"schema":"sn15.problem_run/v1","x":"\xc3"}', b'{"a":"\x00"}', b"\xef\xbb\xbf{}", b'{"a":1}x', b"[" * 5000,
+    b"[" * 100 + b"]" * 100, b'{"a":' * 300 + b"1" + b"}" * 300, b"1" * 400, b"-" + b"9" * 400, b"1e999",
+    b'{"k":"\\ud800"}', b'{"k":"\\udc00\\ud800"}', b'{"a":1,"a":2}', b'{"eval_run_id":"e","dialogue":[{}]}',
+    b'{"eval_run_id":"e","problem_id":"p","dialogue":[]}', b'{"eval_run_id":"e","problem_id":"p","dialogue":null,'
+    b'"status":"FAILED","schema":"sn15.problem_run/v1"}',
+]
+
+
+def test_hostile_lines_never_crash_and_match(sim_days) -> None:
+    assert_same(RAW_HOSTILE)
+    real = next(line for line in next(iter(sim_days["seed0"].values())) if b'"dialogue":[{' in line)
+    assert_same([real[:k] for k in (1, 10, len(real) // 3, len(real) - 1)])  # truncated records
+    assert_same([real.replace(b'"think":"', b'"think":"\xed\xa0\x80'), real.replace(b'"', b'"\x00', 1),
+                 real + b"\x00", real.replace(b'"query":"', b'"query":"\\u00e9\\ud83d\\ude00\\n')])
+
+
+def _paths(obj, path=()):
+    yield path
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*path, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*path, i))
+
+
+def _mutate(obj, rng: random.Random):
+    paths = list(_paths(obj))[1:]
+    if not paths:
+        return
+    path = rng.choice(paths)
+    parent = obj
+    for key in path[:-1]:
+        parent = parent[key]
+    action = rng.random()
+    if action < 0.15 and isinstance(parent, dict):
+        del parent[path[-1]]
+    elif action < 0.25 and isinstance(parent[path[-1]], str):
+        parent[path[-1]] = parent[path[-1]] + rng.choice([" ", "\u3000", "<think>", "0123", "\u00e9", "\"\\", "\n"])
+    else:
+        parent[path[-1]] = rng.choice(HOSTILE_VALUES)
+
+
+def test_mutated_records_match(sim_days) -> None:
+    """Random single-field mutations of real records of every dialect: both paths agree on
+    every one (read, normalize, structural and gate outcomes, details included)."""
+    rng = random.Random(11)
+    records = []
+    for file in sim_days["mixed"].values():
+        for line in file:
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+    mutated = []
+    for n in range(1500):
+        obj = orjson.loads(orjson.dumps(rng.choice(records)))
+        for _ in range(1 + n % 3):
+            _mutate(obj, rng)
+        mutated.append(orjson.dumps(obj) if n % 5 else json.dumps(obj).encode())
+    for start in range(0, len(mutated), 300):
+        assert_same(mutated[start:start + 300], first=start + 1)
+
+
+# ---- the JSON reader alone -------------------------------------------------------------------
+
+JSON_CASES = [
+    b"0", b"-0", b"-0.0", b"0.0", b"1.5", b"1.50", b"1e5", b"1E5", b"100.0", b"0.0001", b"0.00001", b"1e-7",
+    b"123456789012345.0", b"1234567890123456.0", b"9223372036854775807", b"9223372036854775808",
+    b"18446744073709551615", b"18446744073709551616", b"-9223372036854775808", b"-9223372036854775809", b"01",
+    b"1.", b".5", b"NaN", b'"\\u0041"', b'"\\/"', b'"\\u001f"', b'"\\ud83d\\ude00"', b'"\\ud83d"', b'"a\x7fb"',
+    b'"\xe2\x80\xa8"', b'"\xc0\x80"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"', b' [1, {"a" : [true,false,null]} ] ',
+    b'{"a":1,"b":{"a":2}}', b'{"":1,"":2}', b'{"\\u0061":1,"a":2}', b'"\\\\\\"\\b\\f\\n\\r\\t"', b"[1e400]",
+    b"[" * 199 + b"]" * 199, b"[" * 300 + b"]" * 300, b"tru", b"nul", b'"abc', b"{,}", b"[1,]", b'{"a"1}',
+]
+
+
+def _orjson_dump(data: bytes) -> bytes | None:
+    try:
+        return orjson.dumps(orjson.loads(data))
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+
+
+def _random_json(rng: random.Random, depth: int = 0):
+    kind = rng.random()
+    if depth > 4 or kind < 0.3:
+        return rng.choice([None, True, False, rng.randint(-10**6, 10**6), rng.random() * 10**rng.randint(-6, 18),
+                           rng.choice(["", "a", "\u00e9\n\t\"\\", "\U0001f600", "\x01\x1f", "x" * 40])])
+    if kind < 0.65:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 5))]
+    return {rng.choice(["a", "b", "c", "\u00e9", "", "k" * 20]) + str(i): _random_json(rng, depth + 1)
+            for i in range(rng.randint(0, 5))}
+
+
+def test_json_reader_agrees_with_orjson() -> None:
+    from shopdistill_assets.core import _corpus_native
+
+    rng = random.Random(5)
+    cases = list(JSON_CASES)
+    for _ in range(3000):
+        value = _random_json(rng)
+        text = orjson.dumps(value) if rng.random() < 0.5 else json.dumps(value, ensure_ascii=rng.random() < 0.5).encode()
+        if rng.random() < 0.2:  # damage it
+            k = rng.randrange(len(text) + 1)
+            text = text[:k] + rng.choice([b"", b"\xff", b"\\", b'"', b",", b"]", b" ", b"\x00"]) + text[k + 1:]
+        cases.append(text)
+    for data in cases:
+        out, err, unsupported = _corpus_native.dump(data)
+        expected = _orjson_dump(data)
+        if out is not None:
+            assert out == expected, data
+        elif not unsupported:  # the reader says invalid: orjson must refuse it too
+            assert expected is None, (data, err)
