@@ -26,16 +26,38 @@ static void put_signals(buf_t *b, const signal_t *sig, int n)
     buf_c(b, '}');
 }
 
+static int grow_scratch(sd_ctx *c, size_t n)
+{
+    if (n <= c->shape_cap)
+        return 0;
+    size_t cap = n < 64 ? 64 : n * 2;
+    size_t *off = realloc(c->shape_off, cap * sizeof(size_t));
+    if (off)
+        c->shape_off = off;
+    size_t *len = realloc(c->shape_len, cap * sizeof(size_t));
+    if (len)
+        c->shape_len = len;
+    uint64_t *h = realloc(c->shape_hash, cap * sizeof(uint64_t));
+    if (h)
+        c->shape_hash = h;
+    if (!off || !len || !h)
+        return -1;
+    c->shape_cap = cap;
+    return 0;
+}
+
 static int cmp_size(const void *a, const void *b)
 {
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
     return x < y ? -1 : x > y;
 }
 
-/* " ".join(think.translate(no digits).lower().split()) for an ASCII think; -1 otherwise. */
-static int think_shape(buf_t *out, const char *s, size_t n)
+/* " ".join(think.translate(no digits).lower().split()) of an ASCII think, or its first
+ * `max_words` words (structural._shape_head); -1 for a non-ASCII think (Unicode lower/split). */
+static int think_shape(buf_t *out, const char *s, size_t n, size_t max_words)
 {
-    int in_word = 0, any = 0;
+    int in_word = 0;
+    size_t words = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch >= 0x80)
@@ -47,9 +69,14 @@ static int think_shape(buf_t *out, const char *s, size_t n)
             in_word = 0;
             continue;
         }
-        if (!in_word && any)
-            buf_c(out, ' ');
-        in_word = any = 1;
+        if (!in_word) {
+            if (words == max_words)
+                return 0;
+            if (words)
+                buf_c(out, ' ');
+            words++;
+            in_word = 1;
+        }
         buf_c(out, (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch));
     }
     return 0;
@@ -63,59 +90,65 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
+/* The largest number of thinks that share one shape (or head, with max_words 8); -1 to defer. */
+static int64_t most_common_shape(sd_ctx *c, size_t max_words)
+{
+    size_t n = c->n_turns;
+    buf_t *b = &c->shapes;
+    b->len = 0;
+    if (grow_scratch(c, n))
+        return -1;
+    size_t *off = c->shape_off, *len = c->shape_len;
+    uint64_t *h = c->shape_hash;
+    for (size_t k = 0; k < n; k++) {
+        off[k] = b->len;
+        if (think_shape(b, c->turns[k].think.s, c->turns[k].think.len, max_words))
+            return -1;
+        len[k] = b->len - off[k];
+    }
+    if (b->oom)
+        return -1;
+    for (size_t k = 0; k < n; k++)
+        h[k] = hash_bytes(b->p + off[k], len[k]);
+    size_t best = 0;
+    for (size_t a = 0; a < n; a++) {
+        size_t same = 0;
+        for (size_t z = 0; z < n; z++)
+            same += h[z] == h[a] && len[z] == len[a] && memcmp(b->p + off[z], b->p + off[a], len[a]) == 0;
+        if (same > best)
+            best = same;
+        if (best * 2 > n)
+            break; /* a majority: no other shape can hold more */
+    }
+    return (int64_t)best;
+}
+
 /* terse_thinks and templated_thinks; -1 to defer (a non-ASCII think: Unicode lower/split). */
 static int think_signals(sd_ctx *c, signal_t *sig, int *n_sig)
 {
     size_t n = c->n_turns;
     if (!n)
         return 0;
-    size_t *lens = malloc(n * sizeof(size_t));
-    if (!lens)
+    if (n > 4096 || grow_scratch(c, n))
         return -1;
+    size_t *lens = c->shape_len;
     for (size_t k = 0; k < n; k++)
-        lens[k] = utf8_count(c->turns[k].think.s, c->turns[k].think.len);
+        lens[k] = c->turns[k].think_cps;
     qsort(lens, n, sizeof(size_t), cmp_size);
     double med = n % 2 ? (double)lens[n / 2] : ((double)lens[n / 2 - 1] + (double)lens[n / 2]) / 2.0;
-    free(lens);
     if (med < (double)c->cfg.terse_think_chars)
         sig[(*n_sig)++] = (signal_t){"terse_thinks", 1};
     if ((int64_t)n < c->cfg.templated_min_turns)
         return 0;
-    if (n > 4096)
+    /* heads first, as the reference does: a head is a function of the shape, so when no head
+     * reaches the share, no shape does */
+    int64_t heads = most_common_shape(c, 8);
+    if (heads < 0)
         return -1;
-    size_t *off = malloc(2 * n * sizeof(size_t));
-    uint64_t *h = malloc(n * sizeof(uint64_t));
-    if (!off || !h) {
-        free(off);
-        free(h);
-        return -1;
-    }
-    buf_t *b = &c->shapes;
-    b->len = 0;
-    int rc = 0;
-    for (size_t k = 0; k < n && !rc; k++) {
-        off[2 * k] = b->len;
-        rc = think_shape(b, c->turns[k].think.s, c->turns[k].think.len);
-        off[2 * k + 1] = b->len - off[2 * k];
-    }
-    if (!rc && b->oom)
-        rc = -1;
-    size_t best = 0;
-    for (size_t k = 0; k < n && !rc; k++)
-        h[k] = hash_bytes(b->p + off[2 * k], off[2 * k + 1]);
-    for (size_t a = 0; a < n && !rc; a++) {
-        size_t same = 0;
-        for (size_t z = 0; z < n; z++)
-            same += h[z] == h[a] && off[2 * z + 1] == off[2 * a + 1] &&
-                    memcmp(b->p + off[2 * z], b->p + off[2 * a], off[2 * a + 1]) == 0;
-        if (same > best)
-            best = same;
-        if (best * 2 > n)
-            break; /* a majority: no other shape can hold more */
-    }
-    free(off);
-    free(h);
-    if (rc)
+    if ((double)heads / (double)n < c->cfg.templated_share)
+        return 0;
+    int64_t best = most_common_shape(c, (size_t)-1);
+    if (best < 0)
         return -1;
     if ((double)best / (double)n >= c->cfg.templated_share)
         sig[(*n_sig)++] = (signal_t){"templated_thinks", 1};
@@ -565,5 +598,8 @@ void sd_free(sd_ctx *c)
     buf_free(&c->scratch);
     buf_free(&c->scratch2);
     buf_free(&c->shapes);
+    free(c->shape_off);
+    free(c->shape_len);
+    free(c->shape_hash);
     free(c);
 }

@@ -19,6 +19,7 @@ typedef struct {
 
 typedef struct {
     sv think, content;
+    size_t think_cps; /* code points: len(think) in Python */
     size_t call_lo, call_hi;
 } turn_t;
 
@@ -47,6 +48,8 @@ struct sd_ctx {
     size_t n_ev_steps, ev_steps_cap;
     int64_t ev_kept, ev_dropped;
     buf_t args, result, idbuf, scratch, scratch2, shapes;
+    size_t *shape_off, *shape_len, shape_cap;
+    uint64_t *shape_hash;
     size_t tok_bytes, tok_digits, tok_parts, n_messages;
     uint32_t tools_used;
     const char *err;

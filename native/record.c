@@ -505,11 +505,13 @@ static int dialogue_step(sd_ctx *c, const jdoc *d, uint32_t step, size_t i, buf_
     if (think && d->nodes[think].type == J_STR && d->nodes[think].len) {
         turn.think.s = d->nodes[think].s;
         turn.think.len = d->nodes[think].len;
+        turn.think_cps = d->nodes[think].n;
     } else {
         if (think && d->nodes[think].type != J_NULL && d->nodes[think].type != J_STR)
             return -1; /* a non-string think: the reference rejects it (bad_field_type) */
         if (fallback_think(c, d, completion, &turn.think))
             return -1;
+        turn.think_cps = utf8_count(turn.think.s, turn.think.len);
     }
     uint32_t response = message ? J_GET(d, message, "response") : 0;
     if (response && j_truthy(&d->nodes[response])) {

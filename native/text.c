@@ -215,13 +215,18 @@ size_t count_digits(const char *s, size_t n)
 {
     size_t c = 0, i = 0;
 #ifdef __SSE2__
-    const __m128i lo = _mm_set1_epi8('0' - 1), hi = _mm_set1_epi8('9' + 1);
+    const __m128i lo = _mm_set1_epi8('0' - 1), hi = _mm_set1_epi8('9' + 1), zero = _mm_setzero_si128();
     while (i + 16 <= n) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(s + i));
-        /* digits are ASCII, so signed compares are safe: bytes >= 0x80 are negative */
-        __m128i m = _mm_and_si128(_mm_cmpgt_epi8(x, lo), _mm_cmplt_epi8(x, hi));
-        c += (size_t)__builtin_popcount((unsigned)_mm_movemask_epi8(m));
-        i += 16;
+        /* per-byte counters (a digit subtracts -1), summed every 255 blocks before they wrap */
+        __m128i acc = zero;
+        size_t end = n - i >= 255 * 16 ? i + 255 * 16 : i + ((n - i) & ~(size_t)15);
+        for (; i < end; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(s + i));
+            /* digits are ASCII, so signed compares are safe: bytes >= 0x80 are negative */
+            acc = _mm_sub_epi8(acc, _mm_and_si128(_mm_cmpgt_epi8(x, lo), _mm_cmplt_epi8(x, hi)));
+        }
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        c += (size_t)_mm_cvtsi128_si32(sums) + (size_t)_mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
     }
 #endif
     for (; i < n; i++)
