@@ -604,6 +604,52 @@ static int add_pyrow(Decider *self, PyObject *row)
     return 0;
 }
 
+/* Memory handed to Arrow without a copy: a buffer-protocol object that frees it when the
+ * last array using it goes. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static int OwnedBuffer_getbuffer(OwnedBuffer *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"", self->len, 1, flags);
+}
+
+static void OwnedBuffer_dealloc(OwnedBuffer *self)
+{
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs OwnedBuffer_as_buffer = {(getbufferproc)OwnedBuffer_getbuffer, NULL};
+
+static PyTypeObject OwnedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shopdistill_assets.core._corpus_native.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)OwnedBuffer_dealloc,
+    .tp_as_buffer = &OwnedBuffer_as_buffer,
+    .tp_doc = "Bytes the fast path wrote, owned by the arrays built on them.",
+};
+
+/* Hand a column's string data over; the column gets a fresh buffer of the same capacity
+ * (untouched pages cost nothing until written). */
+static PyObject *take_data(column *c)
+{
+    OwnedBuffer *b = PyObject_New(OwnedBuffer, &OwnedBufferType);
+    if (!b)
+        return NULL;
+    b->p = c->data.p;
+    b->len = (Py_ssize_t)c->data.len;
+    size_t cap = c->data.cap;
+    c->data.p = cap ? malloc(cap) : NULL;
+    c->data.cap = c->data.p ? cap : 0;
+    c->data.len = 0;
+    return (PyObject *)b;
+}
+
 static PyObject *bitmap(const uint8_t *valid, size_t n)
 {
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 7) / 8));
@@ -648,7 +694,9 @@ static PyObject *export_columns(Decider *self)
         } else {
             first = PyBytes_FromStringAndSize((const char *)c->v, (Py_ssize_t)(c->n * sizeof(int64_t)));
         }
-        if (c->kind == 'S' || c->kind == 'L')
+        if (c->kind == 'L' && c->data.len >= 65536)
+            data = take_data(c);
+        else if (c->kind == 'S' || c->kind == 'L')
             data = PyBytes_FromStringAndSize(c->data.p ? c->data.p : "", (Py_ssize_t)c->data.len);
         else
             data = Py_NewRef(Py_None);
@@ -777,7 +825,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__corpus_native(void)
 {
-    if (PyType_Ready(&DeciderType) < 0)
+    if (PyType_Ready(&DeciderType) < 0 || PyType_Ready(&OwnedBufferType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
