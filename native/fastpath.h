@@ -53,6 +53,8 @@ typedef struct {
     double min_reasoning_score;
     int primary_judged, null_score_reject, allow_extra;
     int64_t max_tokens;
+    /* the reference's per-record work limits: beyond them it rejects (over_limit), so defer */
+    int64_t max_line_bytes, max_steps, max_tool_calls, max_query_chars;
 } sd_config;
 
 /* Why a row stops at the structural filter or a gate; module.c writes the detail text. */

@@ -55,7 +55,6 @@ struct sd_ctx {
     const char *err;
 };
 
-#define SD_MAX_CALLS 1024
 
 int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *m, buf_t *ev);
 

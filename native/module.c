@@ -247,7 +247,9 @@ static int Decider_init(Decider *self, PyObject *args, PyObject *kwds)
         get_i64(cfg, "no_evidence_label", &no_evidence) || get_i64(cfg, "no_inference_label", &no_inference) ||
         get_num(cfg, "min_reasoning_score", &c->min_reasoning_score) ||
         get_i64(cfg, "null_score_reject", &null_reject) || get_i64(cfg, "allow_extra", &allow_extra) ||
-        get_i64(cfg, "max_tokens", &c->max_tokens))
+        get_i64(cfg, "max_tokens", &c->max_tokens) || get_i64(cfg, "max_line_bytes", &c->max_line_bytes) ||
+        get_i64(cfg, "max_steps", &c->max_steps) || get_i64(cfg, "max_tool_calls", &c->max_tool_calls) ||
+        get_i64(cfg, "max_query_chars", &c->max_query_chars))
         return -1;
     c->no_evidence_label = (int)no_evidence;
     c->no_inference_label = (int)no_inference;

@@ -560,7 +560,7 @@ static int dialogue_step(sd_ctx *c, const jdoc *d, uint32_t step, size_t i, buf_
             if (choose_call_id(c, hint ? &d->nodes[hint] : NULL, i, k, &call.cid))
                 return -1;
             call.result = J_GET(d, item, "result");
-            if (c->n_calls >= SD_MAX_CALLS ||
+            if ((int64_t)c->n_calls >= c->cfg.max_tool_calls ||
                 grow((void **)&c->calls, &c->calls_cap, c->n_calls + 1, sizeof(call_t)))
                 return -1; /* many calls: the id checks here are quadratic; the reference decides */
             c->calls[c->n_calls++] = call;
@@ -643,7 +643,7 @@ int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *
     jdoc *d = &c->doc;
     reset_line(c, len);
     memset(row, 0, sizeof(*row));
-    if (!c->idbuf.p || jdoc_parse(d, line, len))
+    if ((int64_t)len > c->cfg.max_line_bytes || !c->idbuf.p || jdoc_parse(d, line, len))
         return LINE_DEFER;
     if (d->nodes[0].type != J_OBJ)
         return LINE_DEFER;
@@ -668,6 +668,8 @@ int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *
         row->empty_dialogue = 1;
         return LINE_EMPTY_DIALOGUE;
     }
+    if ((int64_t)d->nodes[dialogue].n > c->cfg.max_steps)
+        return LINE_DEFER; /* over_limit */
     uint32_t q = problem ? J_GET(d, problem, "query") : 0;
     if (!q || d->nodes[q].type != J_STR || !d->nodes[q].len) {
         uint32_t first = dialogue + 1, extra = 0;
@@ -681,8 +683,8 @@ int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *
     row->query.len = d->nodes[q].len;
     size_t qa, qz;
     py_strip(row->query.s, row->query.len, &qa, &qz);
-    if (qz == qa)
-        return LINE_DEFER; /* missing_query */
+    if (qz == qa || (int64_t)d->nodes[q].n > c->cfg.max_query_chars)
+        return LINE_DEFER; /* missing_query, over_limit */
 
     /* messages: system, user, then the steps */
     BUF_LIT(m, "[{\"role\":\"system\",\"content\":");

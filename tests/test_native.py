@@ -123,6 +123,36 @@ def test_json_dumps_style_input(sim_days) -> None:
     assert assert_same(rewritten) > 0.85
 
 
+def test_corpus_day_through_both_paths_is_byte_identical(tmp_path, monkeypatch) -> None:
+    """The whole corpus asset, once per path: every table of the day has the same bytes."""
+    import dagster as dg
+
+    from resources.firehose import FirehoseResource
+    from resources.lake import LakeResource
+    from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
+    from shopdistill_assets.ingest import raw_firehose
+    from shopdistill_assets.sim import ArenaConfig, simulate
+
+    day = "2026-11-05"
+    simulate(ArenaConfig(out=tmp_path / "arena", start_day=date.fromisoformat(day), days=1, traces_per_day=300,
+                         seed=7, corrupt_share=0.03, reupload_share=0.05, other_dialect_share=0.1))
+    firehose = FirehoseResource(root=str(tmp_path / "arena" / "firehose"))
+    lakes = {}
+    for path in ("reference", "native"):
+        monkeypatch.setenv(native.PATH_ENV, path)
+        lakes[path] = tmp_path / f"lake-{path}"
+        result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS], partition_key=day,
+                                resources={"firehose": firehose, "lake": LakeResource(root=str(lakes[path]))},
+                                instance=dg.DagsterInstance.ephemeral(),
+                                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+        assert result.success
+    files = sorted(p.relative_to(lakes["reference"]) for p in lakes["reference"].rglob("*.parquet"))
+    assert len(files) >= 5
+    assert files == sorted(p.relative_to(lakes["native"]) for p in lakes["native"].rglob("*.parquet"))
+    for rel in files:
+        assert (lakes["reference"] / rel).read_bytes() == (lakes["native"] / rel).read_bytes(), rel
+
+
 # ---- hostile input ---------------------------------------------------------------------------
 
 HOSTILE_VALUES = [
@@ -140,10 +170,25 @@ RAW_HOSTILE = [
 ]
 
 
+def _limit_lines(real: bytes) -> list[bytes]:
+    """A real record pushed past each per-record work limit of the reference (over_limit)."""
+    from shopdistill_assets.core.dialects import MAX_QUERY_CHARS, MAX_STEPS, MAX_TOOL_CALLS
+
+    obj = orjson.loads(real)
+    steps = dict(obj, dialogue=obj["dialogue"] * (MAX_STEPS // len(obj["dialogue"]) + 1))
+    query = dict(obj, problem={**obj["problem"], "query": "q" * (MAX_QUERY_CHARS + 1)})
+    step = obj["dialogue"][0]
+    call = {"name": "find_product", "parameters": {"q": "x", "page": 1}, "tool_call_id": "x", "result": []}
+    many = {**step, "completion": {**step["completion"], "message": {"think": "t", "tool_call": [call] * (MAX_TOOL_CALLS + 1)}}}
+    calls = dict(obj, dialogue=[many])
+    return [orjson.dumps(steps), orjson.dumps(query), orjson.dumps(calls)]
+
+
 def test_hostile_lines_never_crash_and_match(sim_days) -> None:
     assert_same(RAW_HOSTILE)
     real = next(line for line in next(iter(sim_days["seed0"].values())) if b'"dialogue":[{' in line)
     assert_same([real[:k] for k in (1, 10, len(real) // 3, len(real) - 1)])  # truncated records
+    assert_same(_limit_lines(real))
     assert_same([real.replace(b'"think":"', b'"think":"\xed\xa0\x80'), real.replace(b'"', b'"\x00', 1),
                  real + b"\x00", real.replace(b'"query":"', b'"query":"\\u00e9\\ud83d\\ude00\\n')])
 

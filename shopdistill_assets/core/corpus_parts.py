@@ -1,7 +1,8 @@
 """The corpus path in one pass per line: stage each firehose file, dedupe the day, split.
 
     stage_file      (one task per file)  read lines (core/lines.py), decide each batch of lines
-                    (core/decide.py: normalize, classify, gate, in memory), append the decided
+                    (core/decide.py: normalize, classify, gate, in memory; through the compiled
+                    fast path of core/native.py where it is built), append the decided
                     rows to an Arrow IPC file: one row per input unit, in line order
     superseded_day  (the whole day)      which traces a later copy beat (core/recency.py)
     split_file      (one task per file)  the staged rows -> the day's tables with Arrow filters:
@@ -39,9 +40,9 @@ from .decide import (
     LEDGER_SCHEMA,
     STRUCTURAL_SCHEMA,
     DecideConfig,
-    decide_lines,
 )
 from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
+from .native import decide_lines as native_decide_lines
 from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
 from .recency import latest_copy
@@ -114,7 +115,7 @@ def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
 
 
 def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
-               decide: Decide = decide_lines) -> StagedFile:
+               decide: Decide = native_decide_lines) -> StagedFile:
     """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
     staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
     pending: list[bytes] = []

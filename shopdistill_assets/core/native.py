@@ -26,8 +26,9 @@ import pyarrow as pa
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 
 from . import decide as reference
-from .dialects import CATALOGUE_TOOLS, PRIMARY, SYSTEM_PROMPT
+from .dialects import CATALOGUE_TOOLS, MAX_QUERY_CHARS, MAX_STEPS, MAX_TOOL_CALLS, PRIMARY, SYSTEM_PROMPT
 from .gates import argument_error
+from .lines import MAX_LINE_BYTES
 from .reasons import REASON_STAGE
 
 try:
@@ -95,7 +96,8 @@ def native_config(cfg: reference.DecideConfig) -> dict[str, Any]:
                               else f"{PRIMARY} carries no judge score"),
         "allow_extra": int(g.allow_extra_arguments), "max_tokens": g.max_tokens,
         "argument_error": lambda name, arguments: argument_error(name, arguments, g.allow_extra_arguments),
-        "stages": dict(REASON_STAGE), "fallback": fallback,
+        "max_line_bytes": MAX_LINE_BYTES, "max_steps": MAX_STEPS, "max_tool_calls": MAX_TOOL_CALLS,
+        "max_query_chars": MAX_QUERY_CHARS, "stages": dict(REASON_STAGE), "fallback": fallback,
     }
 
 
