@@ -9,6 +9,7 @@ mutations of real records; the JSON reader alone is checked against orjson.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import random
@@ -217,7 +218,7 @@ def _mutate(obj, rng: random.Random):
     elif action < 0.25 and isinstance(parent[path[-1]], str):
         parent[path[-1]] = parent[path[-1]] + rng.choice([" ", "\u3000", "<think>", "0123", "\u00e9", "\"\\", "\n"])
     else:
-        parent[path[-1]] = rng.choice(HOSTILE_VALUES)
+        parent[path[-1]] = copy.deepcopy(rng.choice(HOSTILE_VALUES))  # never shared: no cycles
 
 
 def test_mutated_records_match(sim_days) -> None:
