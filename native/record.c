@@ -601,15 +601,22 @@ static int dialogue_step(sd_ctx *c, const jdoc *d, uint32_t step, size_t i, buf_
         call_t *call = &c->calls[j];
         if (!call->result)
             continue;
-        c->result.len = 0;
-        if (emit_value(&c->result, d, call->result))
-            return -1;
+        const jnode *rn = &d->nodes[call->result];
+        const char *text = rn->raw; /* orjson's text of the result: the raw text when canonical */
+        size_t text_len = rn->raw_len;
+        if (!rn->canon) {
+            c->result.len = 0;
+            if (emit_value(&c->result, d, call->result))
+                return -1;
+            text = c->result.p;
+            text_len = c->result.len;
+        }
         BUF_LIT(m, ",{\"role\":\"tool\",\"tool_call_id\":");
         emit_str(m, call->cid.s, call->cid.len);
         BUF_LIT(m, ",\"content\":");
-        emit_str(m, c->result.p, c->result.len);
+        emit_str(m, text, text_len);
         buf_c(m, '}');
-        token_text(c, c->result.p, c->result.len);
+        token_text(c, text, text_len);
         token_text(c, "", 0);
         c->n_messages++;
     }
