@@ -302,4 +302,5 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.Chu
                                       ("gated_traces", structural, gated, "agentic")):
         writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
     ledger = ~(gated | subtask)
-    return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], loser_lines, details)
+    ledger_rows = batch.select(list(LEDGER_SCHEMA.names)).filter(pa.array(ledger))  # select first: no messages copied
+    return _ledger_table(ledger_rows, superseded[ledger], loser_lines, details)
