@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
@@ -272,10 +273,37 @@ static inline int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* orjson writes a float it read back as this exact text when the text is plain decimal with
- * at most 15 significant digits (so it is the shortest round-trip form), no trailing zero
- * beyond "x.0", and a magnitude where orjson does not switch to exponent notation. */
-static int float_canon(const char *s, const char *int_end, const char *frac_end, int has_exp)
+/* Whether `sig` significant digits `digits` are the shortest round-trip digits of v (what
+ * Python's repr and orjson write) when a literal has 16 or 17 of them. The p-digit correctly
+ * rounded form is the shortest one once it round-trips, where v's rounding interval is
+ * symmetric: not so at a power of two, which is left to the reference. */
+static int shortest_digits(double v, const char *digits, size_t sig)
+{
+    int e;
+    double a = fabs(v);
+    if (a == 0.0 || frexp(a, &e) == 0.5)
+        return 0;
+    char buf[40];
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, sizeof(buf), "%.*e", p - 1, a);
+        if (strtod(buf, NULL) != a)
+            continue;
+        if ((size_t)p != sig)
+            return 0;
+        size_t k = 0;
+        for (const char *q = buf; *q && *q != 'e'; q++)
+            if (*q != '.' && digits[k++] != *q)
+                return 0;
+        return k == sig;
+    }
+    return 0;
+}
+
+/* orjson writes a float it read back as this exact text when the text is plain decimal, its
+ * digits are the shortest that round-trip (always so for at most 15 significant digits), there
+ * is no trailing zero beyond "x.0", and the magnitude is one where orjson does not switch to
+ * exponent notation. */
+static int float_canon(const char *s, const char *int_end, const char *frac_end, int has_exp, double v)
 {
     if (has_exp || frac_end == int_end)
         return 0;
@@ -288,6 +316,8 @@ static int float_canon(const char *s, const char *int_end, const char *frac_end,
     if (frac[frac_len - 1] == '0' && frac_len != 1)
         return 0;
     size_t sig;
+    char sd[40]; /* the significant digits, for literals of 16 or 17 */
+    size_t n = 0;
     if (int_len == 1 && digits[0] == '0') {
         size_t z = 0;
         while (z < frac_len && frac[z] == '0')
@@ -297,10 +327,20 @@ static int float_canon(const char *s, const char *int_end, const char *frac_end,
         if (z > 3)
             return 0;
         sig = frac_len - z;
+        if (sig > 15 && sig <= 17)
+            memcpy(sd, frac + z, sig), n = sig;
     } else {
-        sig = int_len + (frac_len == 1 && frac[0] == '0' ? 0 : frac_len);
+        int x0 = frac_len == 1 && frac[0] == '0';
+        sig = int_len + (x0 ? 0 : frac_len);
+        if (sig > 15 && sig <= 17) {
+            memcpy(sd, digits, int_len);
+            memcpy(sd + int_len, frac, frac_len);
+            n = sig;
+        }
     }
-    return sig <= 15;
+    if (sig <= 15)
+        return 1;
+    return n == sig && shortest_digits(v, sd, sig);
 }
 
 static int parse_number(P *p, jnode *n)
@@ -378,7 +418,7 @@ static int parse_number(P *p, jnode *n)
     if (isinf(n->d))
         return fail(p, "number is infinity");
     n->type = J_FLOAT;
-    n->canon = (uint8_t)float_canon(s, int_end, frac_end, has_exp);
+    n->canon = (uint8_t)float_canon(s, int_end, frac_end, has_exp, n->d);
     return 0;
 }
 

@@ -534,15 +534,19 @@ static int add_empty_dialogue(Decider *self, const row_t *r, PyObject *day, PyOb
         PyErr_SetString(PyExc_KeyError, "no stage for empty_dialogue");
         return -1;
     }
+    /* "status=<status or None>, no steps", built with memcpy: a status may hold NUL bytes */
     char detail[400];
-    int dn;
-    if (r->status_for_detail.valid && r->status_for_detail.s.len < 300)
-        dn = snprintf(detail, sizeof(detail), "status=%.*s, no steps", (int)r->status_for_detail.s.len,
-                      r->status_for_detail.s.s);
-    else if (!r->status_for_detail.valid)
-        dn = snprintf(detail, sizeof(detail), "status=None, no steps");
-    else
+    size_t dn = 0;
+    const char *st = r->status_for_detail.valid ? r->status_for_detail.s.s : "None";
+    size_t st_len = r->status_for_detail.valid ? r->status_for_detail.s.len : 4;
+    if (st_len > 300)
         return 1;
+    memcpy(detail, "status=", 7);
+    dn = 7;
+    memcpy(detail + dn, st, st_len);
+    dn += st_len;
+    memcpy(detail + dn, ", no steps", 10);
+    dn += 10;
     int rc = 0;
     for (int k = 0; k < N_COLS; k++) {
         switch (k) {
@@ -555,7 +559,7 @@ static int add_empty_dialogue(Decider *self, const row_t *r, PyObject *day, PyOb
         case C_SOURCE_LINE: rc |= col_i64(&c[k], line_no, 1); break;
         case C_STAGE: rc |= add_pystr(&c[k], stage); break;
         case C_REASON: rc |= col_str(&c[k], "empty_dialogue", 14, 1); break;
-        case C_DETAIL: rc |= col_str(&c[k], detail, (size_t)dn, 1); break;
+        case C_DETAIL: rc |= col_str(&c[k], detail, dn, 1); break;
         case C_RAW_LINE: rc |= col_str(&c[k], line, len, 1); break;
         default: rc |= col_null(&c[k]);
         }

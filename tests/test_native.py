@@ -168,6 +168,8 @@ RAW_HOSTILE = [
     b'{"k":"\\ud800"}', b'{"k":"\\udc00\\ud800"}', b'{"a":1,"a":2}', b'{"eval_run_id":"e","dialogue":[{}]}',
     b'{"eval_run_id":"e","problem_id":"p","dialogue":[]}', b'{"eval_run_id":"e","problem_id":"p","dialogue":null,'
     b'"status":"FAILED","schema":"sn15.problem_run/v1"}',
+    b'{"eval_run_id":"e","problem_id":"p","dialogue":[],"status":"a\\u0000b"}',
+    b'{"eval_run_id":"e","problem_id":"p","dialogue":[],"status":"' + b"s" * 400 + b'"}',
 ]
 
 
@@ -251,6 +253,8 @@ JSON_CASES = [
     b"1.", b".5", b"NaN", b'"\\u0041"', b'"\\/"', b'"\\u001f"', b'"\\ud83d\\ude00"', b'"\\ud83d"', b'"a\x7fb"',
     b'"\xe2\x80\xa8"', b'"\xc0\x80"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"', b' [1, {"a" : [true,false,null]} ] ',
     b'{"a":1,"b":{"a":2}}', b'{"":1,"":2}', b'{"\\u0061":1,"a":2}', b'"\\\\\\"\\b\\f\\n\\r\\t"', b"[1e400]",
+    b"1231.9579999999999", b"0.30000000000000004", b"1.0000000000000002", b"0.1000000000000001", b"4503599627370496.5",
+    b"0.5000000000000001", b"2.0000000000000004", b"0.00012345678901234567", b"123456789012345.67",
     b"[" * 199 + b"]" * 199, b"[" * 300 + b"]" * 300, b"tru", b"nul", b'"abc', b"{,}", b"[1,]", b'{"a"1}',
 ]
 
@@ -292,3 +296,14 @@ def test_json_reader_agrees_with_orjson() -> None:
             assert out == expected, data
         elif not unsupported:  # the reader says invalid: orjson must refuse it too
             assert expected is None, (data, err)
+
+
+def test_json_reader_on_real_problems(shared_dir: Path) -> None:
+    """ShoppingBench's public problems (json.dumps style: spaces, \\u escapes) as orjson writes them."""
+    from shopdistill_assets.core import _corpus_native
+
+    lines = [line for path in sorted((shared_dir / "data" / "shoppingbench").glob("*.jsonl"))
+             for line in path.read_bytes().splitlines() if line.strip()]
+    assert len(lines) >= 900
+    for line in lines:
+        assert _corpus_native.dump(line)[0] == orjson.dumps(orjson.loads(line))
