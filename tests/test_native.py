@@ -307,3 +307,31 @@ def test_json_reader_on_real_problems(shared_dir: Path) -> None:
     assert len(lines) >= 900
     for line in lines:
         assert _corpus_native.dump(line)[0] == orjson.dumps(orjson.loads(line))
+
+
+def test_python_whitespace_rules(sim_days) -> None:
+    """str.strip / str.isspace semantics (Unicode whitespace) where the gates decide on them: a
+    response that is only whitespace (think_then_stop), product ids padded with it, a query."""
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()] + ["\u200b", "\ufeff", "x"]
+    lines = next(iter(sim_days["seed0"].values()))
+    decided = decide.decide_lines("f", 1, lines, DAY, CFG)
+    gated = [k for k, (label, reason) in enumerate(zip(decided.column("structural_label").to_pylist(),
+                                                       decided.column("reason").to_pylist()))
+             if label == "agentic" and reason is None and decided.column("dialect")[k].as_py() == "sn15.problem_run/v1"]
+    real = orjson.loads(lines[gated[0]])  # a primary trace that passes every gate
+    mutated = []
+    for w in spaces:
+        obj = copy.deepcopy(real)
+        obj["dialogue"][-1]["completion"]["message"].pop("tool_call", None)
+        obj["dialogue"][-1]["completion"]["message"]["response"] = w * 3
+        mutated.append(orjson.dumps(obj))
+        obj = copy.deepcopy(real)
+        for step in obj["dialogue"]:
+            for call in step["completion"]["message"].get("tool_call", []):
+                if call["name"] == "recommend_product":
+                    call["parameters"]["product_ids"] = f"{w}123 ,{w}456{w}"
+        obj["problem"]["query"] = w + obj["problem"]["query"] + w
+        mutated.append(orjson.dumps(obj))
+    assert_same(mutated)
+    reasons = set(native.decide_lines("f", 1, mutated, DAY, CFG).column("reason").to_pylist())
+    assert {"think_then_stop", "bad_product_ids", None} <= reasons  # the cases exercised
