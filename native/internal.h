@@ -57,5 +57,13 @@ struct sd_ctx {
 
 
 int sd_read_primary(sd_ctx *c, const char *line, size_t len, row_t *row, buf_t *m, buf_t *ev);
+/* One step's proxy calls appended to the evidence JSON and to c's structural counts. */
+int sd_evidence_step(sd_ctx *c, const jdoc *d, uint32_t extra, buf_t *ev);
+/* Label, verdict and structural evidence of a read trace; -1 to defer. */
+int sd_classify(sd_ctx *c, row_t *row, buf_t *st);
+/* The first format failure into row->verdict (V_KEEP when none); -1 to defer. */
+int sd_format_gate(sd_ctx *c, row_t *row, size_t tools_len, size_t tools_digits);
+/* Grow *p (of *cap items of `size` bytes) to hold `need`; -1 when out of memory. */
+int sd_grow(void **p, size_t *cap, size_t need, size_t size);
 
 #endif

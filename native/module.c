@@ -2,113 +2,13 @@
  * path over a batch of raw lines and hands back Arrow-ready column buffers for the rows it
  * decided, ledger rows for the empty dialogues it rejected, and the indices of the lines it
  * deferred to the Python reference. `dump(bytes)` exposes the JSON reader for tests. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "pyglue.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "fastpath.h"
 
 #define RAW_LINE_LIMIT 65536
-
-/* ---- column builders ------------------------------------------------------------------------ */
-
-/* The decided batch's columns, in DECIDED_SCHEMA order (native.py checks the names). Kinds:
- * 'S' string, 'L' large string, 'I' int64, 'F' float64. */
-enum {
-    C_TRACE_ID, C_EVAL_RUN_ID, C_PROBLEM_ID, C_MINER_HOTKEY, C_VALIDATOR_HOTKEY, C_AGENT_VERSION_ID,
-    C_RACE_ID, C_SUITE_ID, C_PHASE, C_STATUS, C_CATEGORY, C_DIFFICULTY, C_QUERY,
-    C_SCORE, C_REASONING_SCORE, C_REASONING_COEF, C_EXECUTION_TIME,
-    C_INFERENCE_TOTAL, C_INFERENCE_FAILURE_COUNT, C_N_STEPS, C_N_TOOL_CALLS,
-    C_UPDATED_AT, C_DIALECT, C_DAY, C_SOURCE_FILE, C_SOURCE_LINE, C_MESSAGES, C_TOOLS, C_PROXY_EVIDENCE,
-    C_STRUCTURAL_LABEL, C_STRUCTURAL_EVIDENCE, C_UPDATED_AT_US, C_STAGE, C_REASON, C_DETAIL, C_RAW_LINE,
-    N_COLS
-};
-static const char *const COL_NAMES[N_COLS] = {
-    "trace_id", "eval_run_id", "problem_id", "miner_hotkey", "validator_hotkey", "agent_version_id",
-    "race_id", "suite_id", "phase", "status", "category", "difficulty", "query",
-    "score", "reasoning_score", "reasoning_coef", "execution_time",
-    "inference_total", "inference_failure_count", "n_steps", "n_tool_calls",
-    "updated_at", "dialect", "day", "source_file", "source_line", "messages", "tools", "proxy_evidence",
-    "structural_label", "structural_evidence", "updated_at_us", "stage", "reason", "detail", "raw_line"};
-static const char COL_KINDS[N_COLS + 1] = "SSSSSSIISSSSSFFFFIIIISSSSILLLSSISSSL";
-
-typedef struct {
-    char kind;
-    buf_t data;   /* strings */
-    int64_t *off; /* strings: n + 1 entries */
-    int64_t *v;   /* numbers (doubles bit for bit) */
-    uint8_t *valid;
-    size_t n, cap;
-    int nulls;
-} column;
-
-static int col_room(column *c)
-{
-    if (c->n + 2 <= c->cap)
-        return 0;
-    size_t cap = c->cap ? c->cap * 2 : 1024;
-    int64_t *off = realloc(c->off, cap * sizeof(int64_t));
-    if (!off)
-        return -1;
-    c->off = off;
-    int64_t *v = realloc(c->v, cap * sizeof(int64_t));
-    if (!v)
-        return -1;
-    c->v = v;
-    uint8_t *valid = realloc(c->valid, cap);
-    if (!valid)
-        return -1;
-    c->valid = valid;
-    if (c->n == 0)
-        c->off[0] = 0;
-    c->cap = cap;
-    return 0;
-}
-
-/* Close a string value written into c->data since the last row. */
-static int col_end(column *c, int valid)
-{
-    if (col_room(c))
-        return -1;
-    if (!valid)
-        c->data.len = (size_t)c->off[c->n];
-    c->valid[c->n] = (uint8_t)valid;
-    c->nulls |= !valid;
-    c->off[c->n + 1] = (int64_t)c->data.len;
-    c->n++;
-    return c->data.oom ? -1 : 0;
-}
-
-static int col_str(column *c, const char *s, size_t n, int valid)
-{
-    if (valid)
-        buf_put(&c->data, s, n);
-    return col_end(c, valid);
-}
-
-static int col_i64(column *c, int64_t v, int valid)
-{
-    if (col_room(c))
-        return -1;
-    c->v[c->n] = valid ? v : 0;
-    c->valid[c->n++] = (uint8_t)valid;
-    c->nulls |= !valid;
-    return 0;
-}
-
-static int col_f64(column *c, double v, int valid)
-{
-    int64_t bits;
-    memcpy(&bits, &v, sizeof(bits));
-    return col_i64(c, valid ? bits : 0, valid);
-}
-
-static int col_null(column *c)
-{
-    return c->kind == 'S' || c->kind == 'L' ? col_end(c, 0) : col_i64(c, 0, 0);
-}
 
 typedef struct {
     PyObject_HEAD
@@ -121,140 +21,14 @@ typedef struct {
     column col[N_COLS];
 } Decider;
 
-/* ---- configuration -------------------------------------------------------------------------- */
-
-static char *dup_utf8(PyObject *s, size_t *len)
-{
-    Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
-    if (!u)
-        return NULL;
-    char *out = malloc((size_t)n + 1);
-    if (!out) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(out, u, (size_t)n + 1);
-    if (len)
-        *len = (size_t)n;
-    return out;
-}
-
-static int get_num(PyObject *d, const char *key, double *out)
-{
-    PyObject *v = PyDict_GetItemString(d, key);
-    if (!v) {
-        PyErr_Format(PyExc_KeyError, "config needs %s", key);
-        return -1;
-    }
-    *out = PyFloat_AsDouble(v);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
-static int get_i64(PyObject *d, const char *key, int64_t *out)
-{
-    PyObject *v = PyDict_GetItemString(d, key);
-    if (!v) {
-        PyErr_Format(PyExc_KeyError, "config needs %s", key);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(v);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
-static int opt_num(PyObject *v, int *has, double *out)
-{
-    *has = v != Py_None;
-    if (*has)
-        *out = PyFloat_AsDouble(v);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
-/* tool: (name, schema_json, catalogue, required, props); prop: (key, type, minLength, minimum,
- * maximum, pattern_id, enum) with None for absent parts. */
-static int read_tool(PyObject *item, tool_spec *t)
-{
-    PyObject *name, *json, *required, *props;
-    int catalogue;
-    if (!PyArg_ParseTuple(item, "UUpOO", &name, &json, &catalogue, &required, &props))
-        return -1;
-    if (!(t->name = dup_utf8(name, &t->nlen)) || !(t->json = dup_utf8(json, &t->json_len)))
-        return -1;
-    t->json_digits = count_digits(t->json, t->json_len);
-    t->catalogue = catalogue;
-    t->n_req = (int)PyList_Size(required);
-    t->req = calloc((size_t)t->n_req + 1, sizeof(char *));
-    t->req_len = calloc((size_t)t->n_req + 1, sizeof(size_t));
-    for (int k = 0; k < t->n_req; k++)
-        if (!(t->req[k] = dup_utf8(PyList_GetItem(required, k), &t->req_len[k])))
-            return -1;
-    t->n_props = (int)PyList_Size(props);
-    t->props = calloc((size_t)t->n_props + 1, sizeof(prop_spec));
-    for (int k = 0; k < t->n_props; k++) {
-        prop_spec *p = &t->props[k];
-        PyObject *key, *minlen, *mn, *mx, *enums;
-        if (!PyArg_ParseTuple(PyList_GetItem(props, k), "UiOOOiO", &key, &p->type, &minlen, &mn, &mx, &p->pattern,
-                              &enums))
-            return -1;
-        if (!(p->key = dup_utf8(key, &p->klen)))
-            return -1;
-        p->has_minlen = minlen != Py_None;
-        p->minlen = p->has_minlen ? PyLong_AsLongLong(minlen) : 0;
-        if (opt_num(mn, &p->has_min, &p->min) || opt_num(mx, &p->has_max, &p->max))
-            return -1;
-        if (enums != Py_None) {
-            p->n_enum = (int)PyList_Size(enums);
-            p->enums = calloc((size_t)p->n_enum + 1, sizeof(char *));
-            p->enum_len = calloc((size_t)p->n_enum + 1, sizeof(size_t));
-            for (int j = 0; j < p->n_enum; j++)
-                if (!(p->enums[j] = dup_utf8(PyList_GetItem(enums, j), &p->enum_len[j])))
-                    return -1;
-        }
-    }
-    return PyErr_Occurred() ? -1 : 0;
-}
-
 static int Decider_init(Decider *self, PyObject *args, PyObject *kwds)
 {
     PyObject *cfg;
     static char *kwlist[] = {"config", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &cfg))
         return -1;
-    sd_config *c = &self->cfg;
-    memset(c, 0, sizeof(*c));
-    PyObject *tools = PyDict_GetItemString(cfg, "tools");
-    PyObject *sp = PyDict_GetItemString(cfg, "system_prompt");
-    if (!tools || !PyList_Check(tools) || PyList_Size(tools) > SD_MAX_TOOLS || !sp) {
-        PyErr_SetString(PyExc_ValueError, "config needs tools (at most 32) and system_prompt");
+    if (config_from_dict(cfg, &self->cfg))
         return -1;
-    }
-    c->n_tools = (int)PyList_Size(tools);
-    for (int k = 0; k < c->n_tools; k++)
-        if (read_tool(PyList_GetItem(tools, k), &c->tools[k]))
-            return -1;
-    if (!(c->system_prompt = dup_utf8(sp, &c->sp_len)))
-        return -1;
-    c->sp_digits = count_digits(c->system_prompt, c->sp_len);
-    int64_t no_evidence, no_inference, null_reject, allow_extra;
-    if (get_num(cfg, "search_excess_ratio", &c->search_excess_ratio) ||
-        get_num(cfg, "classify_share", &c->classify_share) || get_num(cfg, "templated_share", &c->templated_share) ||
-        get_i64(cfg, "search_excess_min", &c->search_excess_min) ||
-        get_i64(cfg, "classify_max_tokens", &c->classify_max_tokens) ||
-        get_i64(cfg, "short_completion_tokens", &c->short_completion_tokens) ||
-        get_i64(cfg, "terse_think_chars", &c->terse_think_chars) ||
-        get_i64(cfg, "templated_min_turns", &c->templated_min_turns) ||
-        get_i64(cfg, "subtask_threshold", &c->subtask_threshold) ||
-        get_i64(cfg, "no_evidence_label", &no_evidence) || get_i64(cfg, "no_inference_label", &no_inference) ||
-        get_num(cfg, "min_reasoning_score", &c->min_reasoning_score) ||
-        get_i64(cfg, "null_score_reject", &null_reject) || get_i64(cfg, "allow_extra", &allow_extra) ||
-        get_i64(cfg, "max_tokens", &c->max_tokens) || get_i64(cfg, "max_line_bytes", &c->max_line_bytes) ||
-        get_i64(cfg, "max_steps", &c->max_steps) || get_i64(cfg, "max_tool_calls", &c->max_tool_calls) ||
-        get_i64(cfg, "max_query_chars", &c->max_query_chars))
-        return -1;
-    c->no_evidence_label = (int)no_evidence;
-    c->no_inference_label = (int)no_inference;
-    c->null_score_reject = (int)null_reject;
-    c->allow_extra = (int)allow_extra;
     self->argument_error = PyDict_GetItemString(cfg, "argument_error");
     self->null_score_detail = PyDict_GetItemString(cfg, "null_score_detail");
     self->stages = PyDict_GetItemString(cfg, "stages");
@@ -269,7 +43,7 @@ static int Decider_init(Decider *self, PyObject *args, PyObject *kwds)
     Py_INCREF(self->argument_error);
     Py_INCREF(self->null_score_detail);
     Py_INCREF(self->stages);
-    self->ctx = sd_new(c);
+    self->ctx = sd_new(&self->cfg);
     if (!self->ctx) {
         PyErr_NoMemory();
         return -1;
@@ -277,52 +51,11 @@ static int Decider_init(Decider *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static void free_tool(tool_spec *t)
-{
-    free(t->name);
-    free(t->json);
-    for (int k = 0; k < t->n_req; k++)
-        free(t->req[k]);
-    free(t->req);
-    free(t->req_len);
-    for (int k = 0; k < t->n_props; k++) {
-        free(t->props[k].key);
-        for (int j = 0; j < t->props[k].n_enum; j++)
-            free(t->props[k].enums[j]);
-        free(t->props[k].enums);
-        free(t->props[k].enum_len);
-    }
-    free(t->props);
-}
-
-static void reset_columns(Decider *self, int release)
-{
-    for (int k = 0; k < N_COLS; k++) {
-        column *c = &self->col[k];
-        c->n = 0;
-        c->nulls = 0;
-        c->data.len = 0;
-        if (c->off)
-            c->off[0] = 0;
-        if (release) {
-            buf_free(&c->data);
-            free(c->off);
-            free(c->v);
-            free(c->valid);
-            c->off = c->v = NULL;
-            c->valid = NULL;
-            c->cap = 0;
-        }
-    }
-}
-
 static void Decider_dealloc(Decider *self)
 {
     sd_free(self->ctx);
-    for (int k = 0; k < self->cfg.n_tools; k++)
-        free_tool(&self->cfg.tools[k]);
-    free(self->cfg.system_prompt);
-    reset_columns(self, 1);
+    config_free(&self->cfg);
+    columns_reset(self->col, 1);
     Py_XDECREF(self->argument_error);
     Py_XDECREF(self->null_score_detail);
     Py_XDECREF(self->stages);
@@ -610,123 +343,13 @@ static int add_pyrow(Decider *self, PyObject *row)
     return 0;
 }
 
-/* Memory handed to Arrow without a copy: a buffer-protocol object that frees it when the
- * last array using it goes. */
-typedef struct {
-    PyObject_HEAD
-    char *p;
-    Py_ssize_t len;
-} OwnedBuffer;
-
-static int OwnedBuffer_getbuffer(OwnedBuffer *self, Py_buffer *view, int flags)
-{
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"", self->len, 1, flags);
-}
-
-static void OwnedBuffer_dealloc(OwnedBuffer *self)
-{
-    free(self->p);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyBufferProcs OwnedBuffer_as_buffer = {(getbufferproc)OwnedBuffer_getbuffer, NULL};
-
-static PyTypeObject OwnedBufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shopdistill_assets.core._corpus_native.OwnedBuffer",
-    .tp_basicsize = sizeof(OwnedBuffer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_dealloc = (destructor)OwnedBuffer_dealloc,
-    .tp_as_buffer = &OwnedBuffer_as_buffer,
-    .tp_doc = "Bytes the fast path wrote, owned by the arrays built on them.",
-};
-
-/* Hand a column's string data over; the column gets a fresh buffer of the same capacity
- * (untouched pages cost nothing until written). */
-static PyObject *take_data(column *c)
-{
-    OwnedBuffer *b = PyObject_New(OwnedBuffer, &OwnedBufferType);
-    if (!b)
-        return NULL;
-    b->p = c->data.p;
-    b->len = (Py_ssize_t)c->data.len;
-    size_t cap = c->data.cap;
-    c->data.p = cap ? malloc(cap) : NULL;
-    c->data.cap = c->data.p ? cap : 0;
-    c->data.len = 0;
-    return (PyObject *)b;
-}
-
-static PyObject *bitmap(const uint8_t *valid, size_t n)
-{
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 7) / 8));
-    if (!out)
-        return NULL;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    memset(p, 0, (n + 7) / 8);
-    for (size_t k = 0; k < n; k++)
-        if (valid[k])
-            p[k >> 3] |= (unsigned char)(1u << (k & 7));
-    return out;
-}
-
-/* Per column (values or offsets, data or None, validity bitmap or None); string offsets are
- * int32 for 'S' columns, int64 for 'L' ones, as Arrow lays them out. */
-static PyObject *export_columns(Decider *self)
-{
-    PyObject *out = PyList_New(N_COLS);
-    if (!out)
-        return NULL;
-    for (int k = 0; k < N_COLS; k++) {
-        column *c = &self->col[k];
-        if (col_room(c)) {
-            Py_DECREF(out);
-            return PyErr_NoMemory();
-        }
-        PyObject *first = NULL, *data = NULL;
-        if (c->kind == 'S') {
-            if (c->data.len > INT32_MAX) {
-                Py_DECREF(out);
-                PyErr_SetString(PyExc_OverflowError, "string column over 2 GiB in one batch");
-                return NULL;
-            }
-            first = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((c->n + 1) * sizeof(int32_t)));
-            if (first) {
-                int32_t *o = (int32_t *)PyBytes_AS_STRING(first);
-                for (size_t j = 0; j <= c->n; j++)
-                    o[j] = (int32_t)c->off[j];
-            }
-        } else if (c->kind == 'L') {
-            first = PyBytes_FromStringAndSize((const char *)c->off, (Py_ssize_t)((c->n + 1) * sizeof(int64_t)));
-        } else {
-            first = PyBytes_FromStringAndSize((const char *)c->v, (Py_ssize_t)(c->n * sizeof(int64_t)));
-        }
-        if (c->kind == 'L' && c->data.len >= 65536)
-            data = take_data(c);
-        else if (c->kind == 'S' || c->kind == 'L')
-            data = PyBytes_FromStringAndSize(c->data.p ? c->data.p : "", (Py_ssize_t)c->data.len);
-        else
-            data = Py_NewRef(Py_None);
-        PyObject *valid = c->nulls ? bitmap(c->valid, c->n) : Py_NewRef(Py_None);
-        PyObject *t = first && data && valid ? PyTuple_Pack(3, first, data, valid) : NULL;
-        Py_XDECREF(first);
-        Py_XDECREF(data);
-        Py_XDECREF(valid);
-        if (!t) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, k, t);
-    }
-    return out;
-}
-
 static PyObject *Decider_decide(Decider *self, PyObject *args)
 {
     PyObject *lines, *file, *day;
     long long first_line;
     if (!PyArg_ParseTuple(args, "ULO!U", &file, &first_line, &PyList_Type, &lines, &day))
         return NULL;
-    reset_columns(self, 0);
+    columns_reset(self->col, 0);
     PyObject *result = NULL;
     Py_ssize_t n = PyList_GET_SIZE(lines), fast = 0;
     column *c = self->col;
@@ -770,11 +393,11 @@ static PyObject *Decider_decide(Decider *self, PyObject *args)
         if (rc)
             goto done;
     }
-    PyObject *columns = export_columns(self);
+    PyObject *columns = columns_export(self->col);
     if (columns)
         result = Py_BuildValue("(Nnn)", columns, n, fast);
 done:
-    reset_columns(self, 0);
+    columns_reset(self->col, 0);
     return result;
 }
 
@@ -831,7 +454,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__corpus_native(void)
 {
-    if (PyType_Ready(&DeciderType) < 0 || PyType_Ready(&OwnedBufferType) < 0)
+    if (PyType_Ready(&DeciderType) < 0 || columns_init_types() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
