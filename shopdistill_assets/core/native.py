@@ -103,6 +103,9 @@ def native_config(cfg: reference.DecideConfig) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _decider(cfg: reference.DecideConfig) -> Any:
+    if tuple(_corpus_native.COLUMNS) != tuple(DECIDED_SCHEMA.names):  # a build out of step with decide.py
+        raise RuntimeError(f"the C extension writes {_corpus_native.COLUMNS}, DECIDED_SCHEMA has "
+                           f"{DECIDED_SCHEMA.names}: rebuild it (make native) or update native/columns.c")
     return _corpus_native.Decider(native_config(cfg))
 
 
