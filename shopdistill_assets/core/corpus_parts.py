@@ -192,16 +192,21 @@ class _GroupWriter:
     def add(self, table: pa.Table, rows: np.ndarray, groups: np.ndarray) -> None:
         """Append rows `rows` (ascending indexes into `table`) with their row-group numbers.
 
-        Runs of consecutive rows of one group go in as zero-copy slices: the only copy is the
-        one that makes a row group a single chunk."""
+        The rows of one group go in as one gathered chunk (`take`; a zero-copy slice when they
+        are consecutive): a file's rows alternate between the tables, and thousands of small
+        slices cost more to concatenate than one gather."""
         if not len(rows):
             return
-        cuts = np.flatnonzero((np.diff(rows) != 1) | (np.diff(groups) != 0)) + 1
+        cuts = np.flatnonzero(np.diff(groups) != 0) + 1
         for start, stop in zip([0, *cuts], [*cuts, len(rows)]):
             if groups[start] != self._group:
                 self._flush()
                 self._group = int(groups[start])
-            self._pending.append(table.slice(int(rows[start]), int(stop - start)))
+            picked = rows[start:stop]
+            if picked[-1] - picked[0] + 1 == len(picked):
+                self._pending.append(table.slice(int(picked[0]), len(picked)))
+            else:
+                self._pending.append(table.take(pa.array(picked)))
 
     def _flush(self) -> None:
         if self._pending:
