@@ -141,17 +141,17 @@ def test_corpus_day_through_both_paths_is_byte_identical(tmp_path, monkeypatch) 
     lakes = {}
     for path in ("reference", "native"):
         monkeypatch.setenv(native.PATH_ENV, path)
-        lakes[path] = tmp_path / f"lake-{path}"
+        lakes[path] = LakeResource(root=str(tmp_path / f"lake-{path}"))
         result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS], partition_key=day,
-                                resources={"firehose": firehose, "lake": LakeResource(root=str(lakes[path]))},
+                                resources={"firehose": firehose, "lake": lakes[path]},
                                 instance=dg.DagsterInstance.ephemeral(),
                                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
         assert result.success
-    files = sorted(p.relative_to(lakes["reference"]) for p in lakes["reference"].rglob("*.parquet"))
-    assert len(files) >= 5
-    assert files == sorted(p.relative_to(lakes["native"]) for p in lakes["native"].rglob("*.parquet"))
-    for rel in files:
-        assert (lakes["reference"] / rel).read_bytes() == (lakes["native"] / rel).read_bytes(), rel
+    for table in ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"):
+        ref, nat = (sorted(Path(lakes[p].day_path(table, day)).glob("part-*.parquet")) for p in ("reference", "native"))
+        assert ref and [p.name for p in ref] == [p.name for p in nat], table
+        for a, b in zip(ref, nat):
+            assert a.read_bytes() == b.read_bytes(), (table, a.name)
 
 
 # ---- hostile input ---------------------------------------------------------------------------
