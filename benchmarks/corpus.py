@@ -8,6 +8,9 @@ In one process, on the same day files:
   (c) core:    the fused corpus pass (core/corpus_parts: stage_file per file, superseded_day,
                split_file per file, the same functions the asset runs) without Dagster, single
                process; then the conservation recount (a second read of the day) on its own.
+               The per-row work takes the compiled fast path where it is built (core/native.py).
+  (r) reference: (c) once more with SHOPDISTILL_CORPUS_PATH=reference (the Python path); its
+               tables are compared with (c)'s byte for byte.
 (a) and (c) run `--repeats` times, interleaved; the headline is the single-core ratio
 median(a) / median(c) in throughput.
   (b) dagster: raw_firehose + the corpus step (five tables) + the blocking conservation check,
@@ -120,11 +123,15 @@ def bare_pass(files: list[Path]) -> tuple[int, int, int]:
             while block := stored.read(1 << 20):
                 while block:
                     try:
-                        data = tail + member.decompress(block)
+                        data = member.decompress(block)
                     except zlib.error:
                         block = b""
                         break
-                    *complete, tail = data.split(b"\n")
+                    *complete, rest = data.split(b"\n")
+                    if complete:  # only the line cut at the chunk's edge is joined, not the whole chunk
+                        complete[0], tail = tail + complete[0], rest
+                    else:
+                        tail += rest
                     for raw in complete:
                         lines += 1
                         size += len(raw) + 1
@@ -168,8 +175,9 @@ def dagster_pass(firehose_root: Path, lake_root: Path, day: str, workers: int | 
 # ---- (c) the core functions without Dagster -------------------------------------------------------
 
 
-def core_pass(firehose_root: Path, scratch: Path, day: str) -> tuple[dict[str, float], dict[str, int]]:
-    """Single process, the fused pass; returns (seconds per step, counts)."""
+def core_pass(firehose_root: Path, scratch: Path, day: str, keep: bool = False) -> tuple[dict[str, float], dict[str, int]]:
+    """Single process, the fused pass; returns (seconds per step, counts). `keep`: leave the
+    Parquet parts in `scratch` (to compare paths)."""
     from resources.firehose import FirehoseResource
     from shopdistill_assets.core import corpus_parts as parts
     from shopdistill_assets.core.decide import DecideConfig
@@ -207,8 +215,16 @@ def core_pass(firehose_root: Path, scratch: Path, day: str) -> tuple[dict[str, f
         **{t: sum(r.outputs[t] for r in splits) for t in parts.TABLES},
     }
     for p in scratch.iterdir():
-        p.unlink()
+        if not keep or p.suffix != ".parquet":
+            p.unlink()
     return times, counts
+
+
+def same_parts(a: Path, b: Path) -> tuple[bool, int]:
+    """Whether two folders hold the same Parquet parts, byte for byte; and how many."""
+    names = sorted(p.name for p in a.glob("*.parquet"))
+    same = names == sorted(p.name for p in b.glob("*.parquet"))
+    return same and all((a / n).read_bytes() == (b / n).read_bytes() for n in names), len(names)
 
 
 # ---- report ----------------------------------------------------------------------------------------
@@ -235,12 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help=f"pool workers for (b) (default {default_workers()})")
     parser.add_argument("--repeats", type=int, default=3, help="runs of (a) and (c), interleaved; medians reported")
     parser.add_argument("--skip-dagster", action="store_true", help="only (a) and (c)")
+    parser.add_argument("--skip-reference", action="store_true",
+                        help="skip (r): the core path once more through the Python reference, tables compared")
     args = parser.parse_args(argv)
 
     # Imported before any clock starts: (b) and (c) time work, not imports.
     import dagster  # noqa: F401
 
     import shopdistill_assets.corpus  # noqa: F401
+    from shopdistill_assets.core import native
+    from shopdistill_assets.core.decide import DecideConfig
 
     work = Path(tempfile.mkdtemp(prefix="bench-corpus-"))
     try:
@@ -249,22 +269,26 @@ def main(argv: list[str] | None = None) -> int:
         files = sorted((firehose_root / f"day={args.day}").glob("*.jsonl.gz"))
         stored = sum(p.stat().st_size for p in files)
         print(f"day {args.day}: {len(files)} files, {stored / 1e6:.1f} MB stored, "
-              f"cpus {os.cpu_count()}, workers {args.workers or default_workers()}")
+              f"cpus {os.cpu_count()}, workers {args.workers or default_workers()}, per-row work: "
+              f"{native.path_for(DecideConfig())} path")
 
         scratch = work / "core"
         scratch.mkdir()
-        bare_times, core_times, core_steps = [], [], []
+        bare_times, core_times, core_steps, core_rss = [], [], [], 0
         for _ in range(args.repeats):
             start = time.perf_counter()
             lines, size, bad = bare_pass(files)
             bare_times.append(time.perf_counter() - start)
-            times, counts = core_pass(firehose_root, scratch, args.day)
+            with TreeRssSampler(0.05) as sampler:
+                times, counts = core_pass(firehose_root, scratch, args.day, keep=True)
+            core_rss = max(core_rss, sampler.peak)
             core_steps.append(times)
             core_times.append(sum(times.values()) - times["conservation recount"])
         t_bare, t_core = median(bare_times), median(core_times)
         print(f"  {lines:,} lines ({bad} unparsable), {size / 1e6:.1f} MB uncompressed")
         print(f"(a) bare zlib + orjson.loads      {rate(lines, size, t_bare)}  runs {', '.join(f'{t:.1f}' for t in bare_times)} s")
-        print(f"(c) fused core path, 1 process    {rate(lines, size, t_core)}  runs {', '.join(f'{t:.1f}' for t in core_times)} s")
+        print(f"(c) fused core path, 1 process    {rate(lines, size, t_core)}  runs {', '.join(f'{t:.1f}' for t in core_times)} s,"
+              f" peak RSS {core_rss / 1e9:.2f} GB")
         last = core_steps[-1]
         print("      steps (last run): " + ", ".join(f"{k} {v:.1f} s" for k, v in last.items()))
         kept = counts["gated_traces"] + counts["subtask_traces"]
@@ -274,7 +298,22 @@ def main(argv: list[str] | None = None) -> int:
         core_ratio = t_bare / t_core
         print(f"single-core ratio (c)/(a) in throughput: {core_ratio:.2f} (median of {args.repeats})")
         checks_ok = [(f"single-core ratio {core_ratio:.2f} >= {CORE_RATIO_FLOOR}", core_ratio >= CORE_RATIO_FLOOR),
-                     ("core path conserved every line", conserved)]
+                     ("core path conserved every line", conserved),
+                     (f"peak RSS of (c) {core_rss / 1e9:.2f} GB <= {RSS_FLOOR_BYTES / 1e9:.0f} GB",
+                      core_rss <= RSS_FLOOR_BYTES)]
+
+        if not args.skip_reference:
+            reference = work / "reference"
+            reference.mkdir()
+            os.environ[native.PATH_ENV] = "reference"
+            try:
+                times, _ = core_pass(firehose_root, reference, args.day, keep=True)
+            finally:
+                del os.environ[native.PATH_ENV]
+            t_ref = sum(times.values()) - times["conservation recount"]
+            same, n = same_parts(scratch, reference)
+            print(f"(r) core path, Python reference   {rate(lines, size, t_ref)}  (c) is {t_ref / t_core:.1f}x faster")
+            checks_ok.append((f"(c) tables identical to the reference path's ({n} Parquet parts, byte for byte)", same))
 
         if not args.skip_dagster:
             with TreeRssSampler() as sampler:

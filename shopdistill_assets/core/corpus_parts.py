@@ -1,7 +1,8 @@
 """The corpus path in one pass per line: stage each firehose file, dedupe the day, split.
 
     stage_file      (one task per file)  read lines (core/lines.py), decide each batch of lines
-                    (core/decide.py: normalize, classify, gate, in memory), append the decided
+                    (core/decide.py: normalize, classify, gate, in memory; through the compiled
+                    fast path of core/native.py where it is built), append the decided
                     rows to an Arrow IPC file: one row per input unit, in line order
     superseded_day  (the whole day)      which traces a later copy beat (core/recency.py)
     split_file      (one task per file)  the staged rows -> the day's tables with Arrow filters:
@@ -39,9 +40,9 @@ from .decide import (
     LEDGER_SCHEMA,
     STRUCTURAL_SCHEMA,
     DecideConfig,
-    decide_lines,
 )
 from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
+from .native import decide_lines as native_decide_lines
 from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
 from .recency import latest_copy
@@ -114,7 +115,7 @@ def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
 
 
 def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
-               decide: Decide = decide_lines) -> StagedFile:
+               decide: Decide = native_decide_lines) -> StagedFile:
     """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
     staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
     pending: list[bytes] = []
@@ -191,16 +192,21 @@ class _GroupWriter:
     def add(self, table: pa.Table, rows: np.ndarray, groups: np.ndarray) -> None:
         """Append rows `rows` (ascending indexes into `table`) with their row-group numbers.
 
-        Runs of consecutive rows of one group go in as zero-copy slices: the only copy is the
-        one that makes a row group a single chunk."""
+        The rows of one group go in as one gathered chunk (`take`; a zero-copy slice when they
+        are consecutive): a file's rows alternate between the tables, and thousands of small
+        slices cost more to concatenate than one gather."""
         if not len(rows):
             return
-        cuts = np.flatnonzero((np.diff(rows) != 1) | (np.diff(groups) != 0)) + 1
+        cuts = np.flatnonzero(np.diff(groups) != 0) + 1
         for start, stop in zip([0, *cuts], [*cuts, len(rows)]):
             if groups[start] != self._group:
                 self._flush()
                 self._group = int(groups[start])
-            self._pending.append(table.slice(int(rows[start]), int(stop - start)))
+            picked = rows[start:stop]
+            if picked[-1] - picked[0] + 1 == len(picked):
+                self._pending.append(table.slice(int(picked[0]), len(picked)))
+            else:
+                self._pending.append(table.take(pa.array(picked)))
 
     def _flush(self) -> None:
         if self._pending:
@@ -301,4 +307,5 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.Chu
                                       ("gated_traces", structural, gated, "agentic")):
         writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
     ledger = ~(gated | subtask)
-    return _ledger_table(batch.filter(pa.array(ledger)), superseded[ledger], loser_lines, details)
+    ledger_rows = batch.select(list(LEDGER_SCHEMA.names)).filter(pa.array(ledger))  # select first: no messages copied
+    return _ledger_table(ledger_rows, superseded[ledger], loser_lines, details)
