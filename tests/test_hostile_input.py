@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import sample_lines
+from conftest import real_sample_lines
 
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
@@ -71,16 +71,18 @@ def fates(lake: LakeResource, source_file: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-GOOD = b"".join(sample_lines()[:4])  # two gated, one subtask, one reasoning_gate
+def good() -> bytes:
+    """The shared samples' first four lines: two gated, one subtask, one reasoning_gate."""
+    return b"".join(real_sample_lines()[:4])
 
 
 # ---- item 1: a corrupt .jsonl.zst and a name that is not UTF-8 ---------------------------------
 
 
 def test_a_corrupt_zstd_file_costs_ledger_rows_not_the_day(tmp_path):
-    frame = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(GOOD))
+    frame = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(good()))
     frame[len(frame) // 2] ^= 0xFF
-    result, lake = run_day(tmp_path, {"good.jsonl.gz": gzip.compress(GOOD, mtime=0), "bad.jsonl.zst": bytes(frame)})
+    result, lake = run_day(tmp_path, {"good.jsonl.gz": gzip.compress(good(), mtime=0), "bad.jsonl.zst": bytes(frame)})
 
     assert result.success and conserved(result)
     bad = fates(lake, "bad.jsonl.zst")
@@ -90,7 +92,7 @@ def test_a_corrupt_zstd_file_costs_ledger_rows_not_the_day(tmp_path):
 
 
 def test_a_file_name_that_is_not_utf8_is_read_under_a_safe_name(tmp_path):
-    result, lake = run_day(tmp_path, {b"part-\xff\xfe.jsonl": GOOD, "part-ok.jsonl": b"".join(sample_lines()[5:6])})
+    result, lake = run_day(tmp_path, {b"part-\xff\xfe.jsonl": good(), "part-ok.jsonl": b"".join(real_sample_lines()[5:6])})
 
     assert result.success and conserved(result)
     safe = "non-utf8/part-\\xff\\xfe.jsonl"  # no listed name has a "/": this one cannot collide
@@ -115,7 +117,7 @@ def test_a_repeated_tool_call_id_costs_linear_time():
 
 
 def primary_record() -> dict:
-    return orjson.loads(sample_lines()[0])
+    return orjson.loads(real_sample_lines()[0])
 
 
 def _reason(obj) -> str | None:
@@ -154,8 +156,8 @@ def test_an_oversize_line_is_never_held_in_memory(tmp_path):
 
     head = b'{"schema": "sn15.problem_run/v1", "eval_run_id": "r", "problem": {"query": "'
     path = tmp_path / "big.jsonl.gz"
-    _gzip_stream(path, [GOOD[:GOOD.index(b"\n") + 1], head, *(b"q" * (1 << 20) for _ in range(50)), b'"}}\n',
-                        *(b"x" * (1 << 20) for _ in range(120)), b"\n", GOOD[:GOOD.index(b"\n") + 1]])
+    _gzip_stream(path, [good()[:good().index(b"\n") + 1], head, *(b"q" * (1 << 20) for _ in range(50)), b'"}}\n',
+                        *(b"x" * (1 << 20) for _ in range(120)), b"\n", good()[:good().index(b"\n") + 1]])
     firehose = FirehoseResource(root=str(tmp_path))
     from resources.firehose import FirehoseFile
 
@@ -206,7 +208,7 @@ def test_rejected_lines_are_streamed_to_the_ledger_not_held(tmp_path):
 
 @pytest.mark.parametrize("name", ["crc.jsonl.gz", "checksum.jsonl.zst"])
 def test_a_file_that_fails_its_checksum_is_not_trusted(tmp_path, name):
-    lines = [orjson.dumps({**orjson.loads(GOOD.splitlines()[i % 4]), "eval_run_id": f"run-{i}"}) + b"\n"
+    lines = [orjson.dumps({**orjson.loads(good().splitlines()[i % 4]), "eval_run_id": f"run-{i}"}) + b"\n"
              for i in range(200)]  # ~1.3 MB: more than one read chunk, so lines decode before the check
     if name.endswith(".gz"):
         data = bytearray(gzip.compress(b"".join(lines), mtime=0))
@@ -214,7 +216,7 @@ def test_a_file_that_fails_its_checksum_is_not_trusted(tmp_path, name):
     else:
         data = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(b"".join(lines)))
         data[-2] ^= 0x01  # inside the frame's content checksum
-    result, lake = run_day(tmp_path, {name: bytes(data), "good.jsonl": GOOD})
+    result, lake = run_day(tmp_path, {name: bytes(data), "good.jsonl": good()})
 
     assert result.success and conserved(result)
     bad = fates(lake, name)  # the lines decoded before the check failed, then the failure itself
@@ -241,7 +243,7 @@ def test_updated_at_at_the_date_limits_is_not_a_reader_error(stamp, canonical):
 
 
 def test_a_truncated_file_logs_its_partial_last_line(tmp_path):
-    stored = gzip.compress(GOOD, mtime=0)
+    stored = gzip.compress(good(), mtime=0)
     cut = stored[: len(stored) * 7 // 10]
     decoded = zlib.decompressobj(wbits=31).decompress(cut)
     partial = decoded[decoded.rindex(b"\n") + 1 :]
