@@ -47,14 +47,15 @@ from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.parts_pool import default_workers, run_parts
 
-CODE_VERSION = "corpus-2"  # bump when a per-row rule or the table layout changes
+CODE_VERSION = "corpus-3"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
 _STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),
               "gated_traces": ("reasoning_gate", "format_gate")}
 _DESCRIPTIONS = {
     "normalized_traces": "One canonical row (OpenAI tool-calls schema) per problem run; re-uploads deduped within the day.",
-    "agentic_traces": "Traces where the LLM emitted the tool calls (axis A), with the structural evidence.",
+    "agentic_traces": "Traces where the LLM emitted the tool calls (axis A): identity, scores and the structural "
+                      "evidence (the trace text is in normalized_traces and gated_traces).",
     "subtask_traces": "Traces where a harness drove the tools (axis B): kept for later lifting.",
     "gated_traces": "Agentic traces that pass the reasoning-coefficient gate and the format-validity gate.",
     "rejected_traces": "The ledger: every input line that did not reach gated_traces or subtask_traces, "

@@ -23,7 +23,7 @@ from conftest import sample_lines
 from resources.firehose import FirehoseResource
 from shopdistill_assets.core import corpus_parts as parts
 from shopdistill_assets.core import corpus_reference as reference
-from shopdistill_assets.core.decide import DecideConfig
+from shopdistill_assets.core.decide import AGENTIC_SCHEMA, TRACE_TEXT_COLUMNS, DecideConfig
 from shopdistill_assets.core.gates import GateConfig
 from shopdistill_assets.core.structural import StructuralConfig
 from shopdistill_assets.sim import ArenaConfig, simulate
@@ -39,10 +39,11 @@ def reference_tables(firehose: FirehoseResource, day: str, out: Path, cfg: Decid
     losers = reference.superseded(k for r in normalized for k in r.keys)
     results = list(normalized)
     for i in range(len(files)):
+        agentic_rows = out / f"agentic-rows-{i:05d}.parquet"
         results.append(reference.dedupe_part(staged[i], tables["normalized_traces"][i], losers))
         results.append(reference.structural_part(tables["normalized_traces"][i], tables["agentic_traces"][i],
-                                                 tables["subtask_traces"][i], cfg.structural))
-        results.append(reference.gate_part(tables["agentic_traces"][i], tables["gated_traces"][i], cfg.gates))
+                                                 tables["subtask_traces"][i], cfg.structural, agentic_rows))
+        results.append(reference.gate_part(agentic_rows, tables["gated_traces"][i], cfg.gates))
     reference.write_ledger([row for r in results for row in r.ledger], [f.name for f in files],
                            tables["rejected_traces"])
     return tables
@@ -88,6 +89,12 @@ def test_a_day_of_several_row_groups(arenas, tmp_path):
     rows = assert_same_bytes(FirehoseResource(root=str(arenas["big"] / "firehose")), "2026-11-02", tmp_path)
     assert rows["normalized_traces"] > parts.ROW_GROUP_ROWS and rows["agentic_traces"] > parts.ROW_GROUP_ROWS
     assert rows["rejected_traces"] > parts.LEDGER_GROUP_ROWS
+    # agentic_traces carries the verdict, not the text: every gated trace is one of its rows
+    agentic = pq.read_table(tmp_path / "fused" / "agentic_traces-00000.parquet")
+    gated = pq.read_table(tmp_path / "fused" / "gated_traces-00000.parquet")
+    assert agentic.schema.names == AGENTIC_SCHEMA.names and not set(TRACE_TEXT_COLUMNS) & set(agentic.schema.names)
+    assert set(TRACE_TEXT_COLUMNS) <= set(gated.schema.names) and gated.num_rows
+    assert set(gated["trace_id"].to_pylist()) <= set(agentic["trace_id"].to_pylist())
 
 
 @pytest.mark.parametrize("day", ["2026-11-02", "2026-11-03"])

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .decide import (
+    AGENTIC_SCHEMA,
     CANONICAL_SCHEMA,
     DECIDED_SCHEMA,
     LEDGER_SCHEMA,
@@ -57,6 +58,8 @@ STAGING_OPTIONS: dict[str, Any] = {"compression": "none", "use_dictionary": Fals
 FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": True,
                                  "write_statistics": True, "version": "2.6", "data_page_version": "1.0"}
 TABLES = ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces")
+TABLE_SCHEMAS = {"normalized_traces": CANONICAL_SCHEMA, "agentic_traces": AGENTIC_SCHEMA,
+                 "subtask_traces": STRUCTURAL_SCHEMA, "gated_traces": STRUCTURAL_SCHEMA, "rejected_traces": LEDGER_SCHEMA}
 _PRE_TRACE = pa.array(["read", "normalize"])  # stages that stop a line before it is a trace
 _KEY_COLUMNS = ["trace_id", "updated_at_us", "updated_at", "source_line"]
 SUPERSEDED_SCHEMA = pa.schema([("source_line", pa.int64()), ("detail", pa.string())])
@@ -263,9 +266,7 @@ def _corrupt_rows(batch: pa.RecordBatch, end: FileEnd, day: str, name: str) -> p
 
 def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[str, Path]) -> SplitResult:
     """Staged rows of one file -> one Parquet part per table in TABLES (paths in `outs`)."""
-    writers = {name: _GroupWriter(outs[name], STRUCTURAL_SCHEMA if name in ("agentic_traces", "subtask_traces",
-               "gated_traces") else CANONICAL_SCHEMA if name == "normalized_traces" else LEDGER_SCHEMA)
-               for name in TABLES}
+    writers = {name: _GroupWriter(outs[name], TABLE_SCHEMAS[name]) for name in TABLES}
     result, at = SplitResult(), _Counters()
     loser_lines = superseded.column("source_line").to_numpy()
     details = superseded.column("detail")
@@ -301,8 +302,9 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.Chu
         setattr(at, name, start + int(mask.sum()))
     canonical = table.select(list(CANONICAL_SCHEMA.names))
     structural = table.select(list(STRUCTURAL_SCHEMA.names))
+    verdict = table.select(list(AGENTIC_SCHEMA.names))
     for name, source, mask, group in (("normalized_traces", canonical, normalized, "trace"),
-                                      ("agentic_traces", structural, agentic, "normalized"),
+                                      ("agentic_traces", verdict, agentic, "normalized"),
                                       ("subtask_traces", structural, subtask, "normalized"),
                                       ("gated_traces", structural, gated, "agentic")):
         writers[name].add(source, np.flatnonzero(mask), groups[group][mask])

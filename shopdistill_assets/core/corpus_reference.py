@@ -26,7 +26,7 @@ from .corpus_parts import (
     oversize_ledger_row,
     end_ledger_row,
 )
-from .decide import CANONICAL_SCHEMA, LEDGER_SCHEMA, STRUCTURAL_SCHEMA
+from .decide import AGENTIC_SCHEMA, CANONICAL_SCHEMA, LEDGER_SCHEMA, STRUCTURAL_SCHEMA
 from .gates import GateConfig, format_gate, reasoning_gate
 from .lines import FileEnd, LineReader, OversizeLine
 from .normalize import LedgerRow, iter_records, ledger_row_for_trace, superseded_detail
@@ -182,11 +182,15 @@ def dedupe_part(in_path: Path, out_path: Path, losers: dict[tuple[str, int], tup
     return result
 
 
-def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: StructuralConfig) -> PartResult:
-    """Normalized part -> agentic rows, sub-task rows (both with their evidence), ledger rows."""
+def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: StructuralConfig,
+                    agentic_rows_path: Path) -> PartResult:
+    """Normalized part -> agentic rows, sub-task rows (both with their evidence), ledger rows.
+    agentic_path gets the agentic table (AGENTIC_SCHEMA: no trace text); agentic_rows_path the
+    same rows whole (a staging part, the gate's input)."""
     result = PartResult()
-    writers = {"agentic": _ArrowWriter(agentic_path, STRUCTURAL_SCHEMA),
+    writers = {"agentic": _ArrowWriter(agentic_rows_path, STRUCTURAL_SCHEMA, STAGING_OPTIONS),
                "subtask": _ArrowWriter(subtask_path, STRUCTURAL_SCHEMA)}
+    verdicts = _ArrowWriter(agentic_path, AGENTIC_SCHEMA)
     for batch, rows in _decide_batches(in_path, ["dialect", "messages", "proxy_evidence"]):
         result.units += len(rows)
         labels, evidence = [], []
@@ -202,13 +206,16 @@ def structural_part(in_path: Path, agentic_path: Path, subtask_path: Path, cfg: 
             .append_column("structural_evidence", pa.array(evidence, pa.string()))
         for label, writer in writers.items():
             writer.write(table.filter(pa.array([lab == label for lab in labels])))
+        verdicts.write(table.filter(pa.array([lab == "agentic" for lab in labels])).select(AGENTIC_SCHEMA.names))
     result.outputs = {f"{label}_traces": w.close() for label, w in writers.items()}
+    verdicts.close()
     result.kept = sum(result.outputs.values())
     return result
 
 
 def gate_part(in_path: Path, out_path: Path, cfg: GateConfig, tokenizer: Any | None = None) -> PartResult:
-    """Agentic part -> rows that pass the reasoning gate and the format gate, ledger rows."""
+    """Agentic rows (structural_part's agentic_rows_path) -> rows that pass the reasoning gate
+    and the format gate, ledger rows."""
     result = PartResult()
     writer = _ArrowWriter(out_path, STRUCTURAL_SCHEMA)
     for batch, rows in _decide_batches(in_path, ["dialect", "reasoning_score", "messages", "tools"]):

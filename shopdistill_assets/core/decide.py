@@ -63,6 +63,11 @@ CANONICAL_SCHEMA = pa.schema([(c, column_type(c)) for c in CANONICAL_COLUMNS])
 STRUCTURAL_SCHEMA = CANONICAL_SCHEMA.append(pa.field("structural_label", pa.string())).append(
     pa.field("structural_evidence", pa.string()))
 LEDGER_SCHEMA = pa.schema([(c, column_type(c)) for c in LEDGER_COLUMNS])
+# agentic_traces is the structural filter's verdict between normalized and gated (not one of
+# DESIGN.md's contract tables): identity, scores and evidence, without the trace text that
+# normalized_traces and gated_traces already carry (writing it a third time cost a third of the split).
+TRACE_TEXT_COLUMNS = ("messages", "tools", "proxy_evidence")
+AGENTIC_SCHEMA = pa.schema([f for f in STRUCTURAL_SCHEMA if f.name not in TRACE_TEXT_COLUMNS])
 DECIDED_SCHEMA = pa.schema([*STRUCTURAL_SCHEMA, pa.field("updated_at_us", pa.int64()),
                             *(LEDGER_SCHEMA.field(c) for c in ("stage", "reason", "detail", "raw_line"))])
 
