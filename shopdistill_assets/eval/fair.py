@@ -204,17 +204,12 @@ def _choose(results: list[dict[str, Any]], item: ItemSpec) -> dict[str, Any] | N
 
 
 def _cite(product: dict[str, Any]) -> str:
-    return f"{product['product_id']} '{product.get('title', '')}' at {_num(float(product.get('price') or 0))} PHP"
+    return f"{product['product_id']} at {_num(float(product.get('price') or 0))} PHP"
 
 
-def _search_think(item: ItemSpec, shop_id: str | None = None) -> str:
-    wants = [" ".join(item.words)]
-    if item.price:
-        wants.append(f"price {_range(item.price)}")
-    if item.services:
-        wants.append(", ".join(item.services))
-    where = f" in shop {shop_id}" if shop_id else ""
-    return f"Need {'; '.join(wants)}. Searching{where} with these filters."
+def _search_think(request: Request, index: int, shop_id: str | None = None) -> str:
+    item = f"item {index + 1} of {len(request.items)}" if len(request.items) > 1 else "the request"
+    return f"Searching {item}{f' in shop {shop_id}' if shop_id else ''} with its words and filters."
 
 
 def _pick_think(picks: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> str:
@@ -230,8 +225,10 @@ def _basket(request: Request, shop_id: str | None, first: tuple | None):
     """Search the items not yet picked (inside `shop_id` when set); (pick, its results) per item,
     or None when an item has no matching result."""
     picks = [first] if first else []
-    for item in request.items[len(picks):]:
-        results = _results((yield Action("find_product", item.search_arguments(shop_id), _search_think(item, shop_id))))
+    for index in range(len(picks), len(request.items)):
+        item = request.items[index]
+        think = _search_think(request, index, shop_id)
+        results = _results((yield Action("find_product", item.search_arguments(shop_id), think)))
         chosen = _choose(results, item)
         if chosen is None:
             return None
@@ -244,7 +241,7 @@ def shop(request: Request) -> Generator[Action, Any, None]:
     picks = None
     if request.same_shop and len(request.items) > 1:
         first = request.items[0]
-        results = _results((yield Action("find_product", first.search_arguments(), _search_think(first))))
+        results = _results((yield Action("find_product", first.search_arguments(), _search_think(request, 0))))
         tried: set[str] = set()
         for candidate in matching(results, first) or results[:1]:
             if len(tried) >= MAX_SHOPS_TRIED or candidate.get("shop_id") in tried:
