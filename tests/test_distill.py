@@ -73,10 +73,10 @@ def small_model(tmp_path_factory):
                                   "name": "find_product", "arguments": '{"q":"waist bag logitech","page":1}'}}]},
                           {"role": "tool", "tool_call_id": "c1", "content": '[{"product_id":"5035687794","price":4.0}]'}],
              "tools": "[]"}] * 20
-    return build_small_model(tmp_path_factory.mktemp("small") / "m", render_conversations(rows), vocab_size=600)
+    return build_small_model(tmp_path_factory.mktemp("small") / "m", render_conversations(rows), vocab_size=2000)
 
 
-def test_arena_tokenizer_folds_json_spacing_and_pairs_digits(small_model):
+def test_arena_tokenizer_folds_json_spacing_and_groups_digits(small_model):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(small_model)
@@ -84,7 +84,10 @@ def test_arena_tokenizer_folds_json_spacing_and_pairs_digits(small_model):
     spaced = json.dumps(json.loads(compact))
     assert compact != spaced and tokenizer(compact)["input_ids"] == tokenizer(spaced)["input_ids"]
     pieces = [tokenizer.decode([i]) for i in tokenizer("id 5035687794")["input_ids"]]
-    assert pieces[-5:] == ["50", "35", "68", "77", "94"]
+    assert pieces[-4:] == ["503", "568", "779", "4"]
+    assert all(f"{n:03d}" in tokenizer.get_vocab() for n in range(1000))
+    words = [tokenizer.decode([i]) for i in tokenizer('a logitech bag, {"q":"waist logitech"}')["input_ids"]]
+    assert words.count(" logitech") == 2  # a word after a space is one piece wherever it stands
     text = tokenizer.apply_chat_template([{"role": "user", "content": PRODUCT}], tokenize=False,
                                          add_generation_prompt=True)
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

@@ -24,7 +24,8 @@ def row(policy: str, summary: dict[str, Any], lineage: dict[str, Any] | None = N
         "checkpoint": f"{checkpoint['stage']}/{checkpoint['version']}" if checkpoint else "",
         "corpus": (lineage.get("corpus") or {}).get("version") or "", "corpus_source": corpus_source or "",
         "dataset": f"{dataset.get('asset')} {dataset.get('version')}" if dataset else "",
-        "rows": training.get("rows"), "steps": training.get("steps"), "tokens": training.get("tokens"),
+        "rows": training.get("rows", 0 if training.get("trained") is False else None), "steps": training.get("steps"),
+        "tokens": training.get("tokens"), "not_trained": training.get("reason") if training.get("trained") is False else None,
         "asr": summary.get("asr"), "pass_at_1": summary.get("pass_at_1"), "pass_at_k": summary.get("pass_at_k") or {},
         "by_category": by_category, "problems": (summary.get("counts") or {}).get("problems"),
     }
@@ -58,6 +59,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                  _pct(gap(r, k)), *[_pct(r["by_category"].get(c)) for c in ("Product", "Shop", "Voucher")],
                  f"`{r['checkpoint']}`" if r["checkpoint"] else "", corpus, trained,
                  "" if r["steps"] is None else str(r["steps"]), "" if r["tokens"] is None else f"{r['tokens']:,}"]
+        if r.get("not_trained"):
+            cells[-2:] = ["not trained", r["not_trained"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -123,21 +123,25 @@ JSON_SPACING = (('": ', '":'), (', "', ',"'), ('}, {', '},{'))
 def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24):
     """A BPE tokenizer trained on rendered arena conversations (train-side text only).
 
-    No whitespace pre-split, so the fixed system prompt, the tool schemas and JSON keys become a
-    few long tokens and a trajectory is short; numbers split into pairs of digits, so a product
-    id is always the same five tokens and copying it from a tool result is learnable."""
+    A word after a space is always its own piece (" philips" is one token wherever the request
+    puts it, so copying it into a search is learnable); JSON punctuation and keys merge freely
+    (`","shop_id":"` is one token). Numbers split into groups of three digits, each group one
+    token (all 1000 are in the vocabulary): a product id is four tokens that rarely recur within
+    one page of results, so copying it from a tool result needs no long match."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\d{1,2}"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r" [A-Za-z]+"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"\d{1,3}"), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, max_token_length=max_token_length,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator([*texts, *_corpus()], trainer=trainer)
+    numbers = " ".join(f"{n:03d} {n} {n:02d}" for n in range(1000))  # every digit group frequent enough to merge
+    bpe.train_from_iterator([*texts, *_corpus(), *[numbers] * 40], trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         additional_special_tokens=SPECIAL_TOKENS[3:],
