@@ -41,6 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 CHAIN = ["sft", "resft", "teacher_sft", "kto", "dr_grpo"]
+# A CPU-served checkpoint answers 8 episodes' turns in one batch: on a shared machine an episode of
+# 10 turns can outlast ORO's 300 s, which would score the machine's load, not the policy.
+DEADLINES = {"request_timeout_s": 900.0, "episode_time_limit_s": 3600.0}
 TIMES: list[tuple[str, float, float]] = []
 
 
@@ -103,7 +106,8 @@ def _checked(run: Any, what: str) -> dict[str, Any]:
 
 def stage_ops(args: argparse.Namespace, steps: int, lr: float, **extra: Any) -> dict[str, Any]:
     return {"max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": args.batch,
-            "max_length": args.max_length, "trainer_json": json.dumps({"warmup_steps": 0.05, "logging_steps": 5}),
+            "max_length": args.max_length,  # no gradient checkpointing: a small model's activations fit
+            "trainer_json": json.dumps({"warmup_steps": 0.05, "logging_steps": 5, "gradient_checkpointing": False}),
             **extra}
 
 
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     with phase("held-out evaluation"):
         evals = materialize_policies(resources, policies, ops={"policy_eval": {
             "samples": args.eval_samples, "limit": args.eval_limit, "max_steps": 10, "concurrency": 8,
-            "batch_size": 8, "max_new_tokens": args.max_new_tokens}})
+            "batch_size": 8, "max_new_tokens": args.max_new_tokens, **DEADLINES}})
         for run in evals:
             m = _checked(run, f"policy_eval {run.day}").get("policy_eval", {})
             print(f"   {run.day:<15} ASR {m.get('asr', 0):.3f}  pass@1 {m.get('pass_at_1', 0):.3f}  "
@@ -228,7 +232,7 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
     with phase("sft on the gated corpus"):
         _checked(materialize_unpartitioned(resources, ["train_corpus"]), "train_corpus")  # the newest again
         train(resources, ["sft_checkpoint"], {"sft_checkpoint": stage_ops(args, args.sft_steps, args.sft_lr, **sft)})
-    rollouts = {"max_steps": 10, "max_new_tokens": args.max_new_tokens, "batch_size": 8, "concurrency": 8}
+    rollouts = {"max_steps": 10, "max_new_tokens": args.max_new_tokens, "batch_size": 8, "concurrency": 8, **DEADLINES}
     ops = {
         "train_problems": {"limit": args.rollout_problems},
         "train_rollouts": {**rollouts, "samples": args.rollout_samples, "temperature": 0.7},
@@ -239,7 +243,7 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
         "kto_checkpoint": stage_ops(args, args.kto_steps, args.kto_lr, beta=args.kto_beta),
         "dr_grpo_checkpoint": {"max_steps": args.grpo_steps, "learning_rate": args.grpo_lr, "num_generations": 4,
                                "per_device_train_batch_size": 8, "max_completion_length": args.max_new_tokens,
-                               "trainer_json": json.dumps({"logging_steps": 1})},
+                               "trainer_json": json.dumps({"logging_steps": 1, "gradient_checkpointing": False})},
     }
     for name in CHAIN[1:]:
         stage = STAGES[name]

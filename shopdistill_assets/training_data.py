@@ -165,6 +165,8 @@ class RolloutsConfig(Config):
     batch_size: int = Field(1, description="local checkpoints: concurrent turns decoded together")
     concurrency: int = Field(8, description="episodes in flight")
     request_timeout_s: float = Field(300.0, description="per model call")
+    episode_time_limit_s: float = Field(300.0, description="deadline per episode: all its calls and tools (raise it "
+                                                          "for a CPU-served checkpoint on a loaded machine)")
     limit: int | None = Field(None, description="roll out only the first N problems")
     catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
     endpoint: str | None = Field(None, description="an OpenAI-compatible URL already serving the policy (vLLM); "
@@ -199,7 +201,8 @@ def _rollout(context: AssetExecutionContext, lake: LakeResource, config: Rollout
     truth = {r["problem_id"]: r for r in rows}
     catalog = _catalog(config)
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, temperature=config.temperature,
-                        concurrency=config.concurrency, request_timeout_s=config.request_timeout_s)
+                        concurrency=config.concurrency, request_timeout_s=config.request_timeout_s,
+                        episode_time_limit_s=config.episode_time_limit_s)
     if config.endpoint:
         result = evaluate(config.endpoint, config.model or name, problems, catalog, cfg)
     else:

@@ -289,3 +289,17 @@ def test_unfiltered_corpus_and_the_outcome_filter_for_the_ablation(trained):
     assert lineage["training"]["rows"] == successes < lineage["training"]["rows_read"] == corpus.height
     restored = run(["train_corpus"], trained.resources, trained.instance)
     assert meta(restored, "train_corpus")["version"] == trained.corpus_version
+
+
+def test_rollouts_episode_deadline_is_configurable(trained):
+    """The rollouts' per-episode deadline (ORO's 300 s by default) is a config field: a benchmark
+    serving a checkpoint on a loaded CPU raises it; one too short fails every episode by timeout."""
+    from shopdistill_assets.training_data import RolloutsConfig
+
+    assert RolloutsConfig().episode_time_limit_s == 300.0
+    result = run(["teacher_rollouts"], trained.resources, trained.instance,
+                 ops={"teacher_rollouts": {"samples": 1, "episode_time_limit_s": 1e-6}})
+    version = meta(result, "teacher_rollouts")["version"]
+    rollouts = trained.lake.read_snapshot("teacher_rollouts", version)
+    assert rollouts.height > 0 and not rollouts["success"].any()
+    assert set(rollouts["failure_reason"].unique()) == {"episode_timeout"}
