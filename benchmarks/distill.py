@@ -148,10 +148,17 @@ def train(resources: dict, names: list[str], ops: dict[str, Any]) -> dict[str, A
 
 
 def resources_for(home: Path) -> dict:
+    from resources.checkpoints import CheckpointStoreResource
+    from resources.lake import LakeResource
     from resources.launcher import TrainingLauncher
+    from shopdistill_assets import settings
     from shopdistill_assets.definitions import build_resources
 
     res = build_resources(firehose_root=str(home / "arena" / "firehose"), lake_root=str(home / "lake"))
+    # resolved here, not EnvVar: this script reads the lake and the store directly, not only through runs
+    roots = settings.resolve_roots()
+    res["lake"] = LakeResource(root=roots.lake)
+    res["checkpoints"] = CheckpointStoreResource(root=roots.checkpoints, base_model=roots.base_model)
     res["launcher"] = TrainingLauncher(deepspeed_config="zero2", echo_output=False)
     return res
 
@@ -164,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(home)
     os.environ.update(SHOPDISTILL_HOME=str(home), TOKENIZERS_PARALLELISM="false")
-    os.environ.pop("SHOPDISTILL_BASE_MODEL", None)
+    for name in ("SHOPDISTILL_BASE_MODEL", "SHOPDISTILL_CHECKPOINTS", "SHOPDISTILL_LAKE", "SHOPDISTILL_FIREHOSE"):
+        os.environ.pop(name, None)  # everything under --out
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     from shopdistill_assets.cli import CORPUS_ASSETS
