@@ -147,6 +147,9 @@ def test_report_checks_the_goals(tmp_path):
                      "each later stage not below the one before": False,
                      "pass@8 − pass@1 narrowed after rejection re-SFT": True,
                      "gated corpus ahead of the unfiltered one (same token budget)": True}
+    flat = [distill_report.row(p, summary(0.0, 0.0)) for p in ("base", "sft", "resft")]
+    assert dict((g, n) for g, _, n in distill_report.targets(flat, ["base", "sft", "resft"]))[
+        "each later stage not below the one before"] == "no drop (every stage at 0.0: vacuous)"
     paths = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]), {})
     text = paths["markdown"].read_text()
     assert "`sft/abc`" in text and "`v1` (split_traces)" in text and "| 40.0 |" in text

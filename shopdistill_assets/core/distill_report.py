@@ -77,7 +77,8 @@ def targets(rows: list[dict[str, Any]], chain: list[str], base: str = "base", sf
     steps = [s for s in chain if s in by]
     drops = [f"{a} {_pct(by[a]['asr'])} -> {b} {_pct(by[b]['asr'])}" for a, b in zip(steps, steps[1:])
              if by[b]["asr"] < by[a]["asr"]]
-    out.append(("each later stage not below the one before", not drops, "; ".join(drops) or "no drop"))
+    flat = "" if any(by[s]["asr"] for s in steps[1:]) else " (every stage at 0.0: vacuous)"
+    out.append(("each later stage not below the one before", not drops, "; ".join(drops) or f"no drop{flat}"))
     if sft in by and resft in by and k:
         before, after = gap(by[sft], k), gap(by[resft], k)
         if before is not None and after is not None:
