@@ -222,6 +222,11 @@ def inject_fault(run: AgentRun, fault: str, rng: random.Random) -> AgentRun:
             steps.insert(steps.index(rec), AgentStep("Recommending a first option.", [ToolCall(
                 "recommend_product", dict(rec.calls[0].parameters), "Recommended.")]))
         elif rec is not None:
+            # the recommend step's think (a careful agent's comparison) moves to the next step, so the
+            # judge still sees reasoning over the results and only the format gate has cause to reject
+            after = steps.index(rec) + 1
+            if after < len(steps):
+                steps[after].think = f"{rec.think} {steps[after].think}".strip()
             steps.remove(rec)
     elif fault == "bad_product_ids" and rec is not None:
         rec.calls[0].parameters = {"product_ids": rng.choice(["the first one", "#1, #2", "product A"])}
