@@ -51,10 +51,12 @@ class EvalConfig(Config):
     catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
     heldout_version: str | None = Field(None, description="heldout_eval_set snapshot (default: the newest)")
     limit: int | None = Field(None, description="evaluate only the first N problems")
+    max_new_tokens: int = Field(512, description="checkpoints: tokens per model turn")
+    batch_size: int = Field(1, description="checkpoints: concurrent turns decoded together (1: one at a time)")
 
 
 @contextmanager
-def policy_endpoint(spec: PolicySpec, problems, catalog):
+def policy_endpoint(spec: PolicySpec, problems, catalog, max_new_tokens: int = 512, batch_size: int = 1):
     """(base URL, model name) for a policy; local policies are served for the duration."""
     if spec.endpoint:
         yield spec.endpoint, spec.model or spec.name
@@ -69,10 +71,14 @@ def policy_endpoint(spec: PolicySpec, problems, catalog):
         from shopdistill_assets.eval.policies import RandomPolicy
 
         policy = RandomPolicy(seed=0)
-    else:
-        from shopdistill_assets.eval.hf_policy import HFPolicy
+    elif spec.scripted == "fair":
+        from shopdistill_assets.eval.policies import FairPolicy
 
-        policy = HFPolicy(spec.checkpoint)
+        policy = FairPolicy()
+    else:
+        from shopdistill_assets.eval.hf_policy import checkpoint_policy
+
+        policy = checkpoint_policy(spec.checkpoint, max_new_tokens=max_new_tokens, batch_size=batch_size)
     with serve(policy, model_name=spec.name) as server:
         yield server.url, spec.name
 
@@ -99,7 +105,7 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
                         request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
                         tool_timeout_s=config.tool_timeout_s)
-    with policy_endpoint(spec, problems, catalog) as (url, model):
+    with policy_endpoint(spec, problems, catalog, config.max_new_tokens, config.batch_size) as (url, model):
         result = evaluate(url, model, problems, catalog, cfg)
     summary = result.summary()
     rows = pl.DataFrame([{**ep.to_canonical_row(result.eval_run_id, i + 1), "success": ep.success,

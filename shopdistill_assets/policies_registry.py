@@ -2,7 +2,7 @@
 
 A policy is an OpenAI-compatible endpoint (`endpoint` + `model`), a local checkpoint folder
 (`checkpoint`, served in-process through the same HTTP path), or a scripted baseline
-(`scripted`: oracle | random). Entries live as JSON files under `HOME/policies/`, so the CLI,
+(`scripted`: oracle | random | fair). Entries live as JSON files under `HOME/policies/`, so the CLI,
 the UI and training stages can add one; the Dagster dynamic partition of the same name is
 added beside it.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from shopdistill_assets.instance import project_home
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+SCRIPTED = ("oracle", "random", "fair")  # fair: decides from tool results alone (eval.fair)
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ class PolicySpec:
             raise ValueError(f"policy name {self.name!r}: letters, digits, _ . - only")
         if sum(x is not None for x in (self.endpoint, self.checkpoint, self.scripted)) != 1:
             raise ValueError("a policy is exactly one of: endpoint (+ model), checkpoint, scripted")
-        if self.scripted not in (None, "oracle", "random"):
-            raise ValueError(f"unknown scripted policy {self.scripted!r} (oracle | random)")
+        if self.scripted not in (None, *SCRIPTED):
+            raise ValueError(f"unknown scripted policy {self.scripted!r} ({' | '.join(SCRIPTED)})")
 
 
 def registry_dir(home: Path | None = None) -> Path:

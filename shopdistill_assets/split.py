@@ -13,6 +13,7 @@ import os
 import warnings
 import shutil
 from datetime import date, timedelta
+from typing import Literal
 
 import polars as pl
 import pyarrow as pa
@@ -167,6 +168,9 @@ class TrainCorpusConfig(Config):
     window_days: int = Field(30, description="days in the window, ending at end_day")
     sample_fraction: float = Field(1.0, description="deterministic sample of traces (hash of trace_id)")
     seed: int = Field(0, description="sampling seed")
+    source: Literal["split_traces", "normalized_traces"] = Field(
+        "split_traces", description="split_traces (structural filter and gates passed: the corpus); normalized_traces: "
+                                    "every normalized trace of the train side, unfiltered (an ablation baseline)")
 
 
 @asset(group_name="split", deps=[split_traces], kinds={"python", "parquet"},
@@ -174,13 +178,13 @@ class TrainCorpusConfig(Config):
                    "(latest upload wins); `messages` as conversational structs, so "
                    "datasets.load_dataset('parquet', ...) feeds SFTTrainer directly.")
 def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake: LakeResource) -> MaterializeResult:
-    days = lake.list_days("split_traces")
+    days = lake.list_days(config.source)
     end = config.end_day or (days[-1] if days else None)
     if end is None:
-        raise ValueError("no split_traces days in the lake: run the corpus and split assets first")
+        raise ValueError(f"no {config.source} days in the lake: run the corpus and split assets first")
     start = (date.fromisoformat(end) - timedelta(days=config.window_days - 1)).isoformat()
     window = [d for d in days if start <= d <= end]
-    keys = pl.concat([pl.from_arrow(lake.read_day_columns("split_traces", d, [
+    keys = pl.concat([pl.from_arrow(lake.read_day_columns(config.source, d, [
         "trace_id", "updated_at", "day", "source_file", "source_line", "problem_id", "query"])) for d in window])
     winners = latest_per_trace(keys)  # across days, before the side filter: a trace's latest copy decides
     # Sides as of the window's last day, not as of each trace's day: a cluster excluded or merged
@@ -199,7 +203,7 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
         writer = None
         keep = winners.select("day", "source_file", "source_line", "current_cluster", "current_side")
         for d in window:
-            for part in lake.day_part_files("split_traces", d, scratch):
+            for part in lake.day_part_files(config.source, d, scratch):
                 frame = pl.read_parquet(part).join(keep, on=["day", "source_file", "source_line"], how="inner")
                 frame = frame.with_columns(leak_cluster_id=pl.col("current_cluster"), side=pl.col("current_side")).drop(
                     "current_cluster", "current_side").sort("trace_id")
@@ -219,7 +223,7 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
                     "days": window, "firehose_files": inventory, "rows": winners.height,
                     "window_days": config.window_days, "sample_fraction": config.sample_fraction, "seed": config.seed,
                     "canonicalizer": canonical_version(LeakConfig().canon), "leak_clusters_day": end,
-                    "source": "split_traces, side=train as of leak_clusters of the last day"}
+                    "source": f"{config.source}, side=train as of leak_clusters of the last day"}
         folder = lake.write_snapshot_file("train_corpus", version, out, manifest)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -55,6 +55,8 @@ class StageTrainConfig(Config):
     num_generations: int | None = Field(None, description="dr_grpo: completions per prompt")
     max_completion_length: int | None = Field(None, description="dr_grpo: tokens per completion")
     episode_reward: bool = Field(False, description="dr_grpo: add the episode outcome from the sandbox (TRL environment)")
+    only_successful: bool = Field(False, description="sft stages: train only on rows whose trajectory scored 1 "
+                                                     "(the outcome filter; recorded in lineage as method)")
     deepspeed: str | None = Field(None, description="zero2 | zero3 | a JSON file (default: the launcher's)")
     trainer_json: str = Field("{}", description="more TRL config kwargs, as a JSON object")
 
@@ -116,6 +118,15 @@ def _lineage(context, stage: Stage, lake: LakeResource, parent: dict, parent_lin
     return lineage, version, manifest
 
 
+def stage_method(stage: Stage, config: StageTrainConfig) -> dict[str, Any]:
+    """The method settings a stage script reads besides the TRL config (recorded in lineage)."""
+    if stage.method == "dr_grpo":
+        return {"episode_reward": config.episode_reward, "catalog": str(project_home() / "arena" / "catalog")}
+    if stage.method == "sft" and config.only_successful:
+        return {"only_successful": True}
+    return {}
+
+
 def _pass_through(store: CheckpointStore, stage: Stage, parent_path: str, lineage: dict, reason: str):
     lineage = {**lineage, "training": {"trained": False, "reason": reason}}
     sha = content_sha256(Path(parent_path))
@@ -149,8 +160,7 @@ def train_stage(context: AssetExecutionContext, stage: Stage, config: StageTrain
             "output_dir": str(launcher.stage_dir(stage.name, context.run.run_id)),
             "trainer": config.trainer_kwargs(stage.method), "deepspeed": ds_config, "lineage": lineage,
             "publish_to": store.root, "s3_endpoint_url": store.endpoint_url,
-            "method": ({"episode_reward": config.episode_reward, "catalog": str(project_home() / "arena" / "catalog")}
-                       if stage.method == "dr_grpo" else {}),
+            "method": stage_method(stage, config),
         }
         reported = launcher.launch(context, stage.method, stage_config)["metadata"]
         reason = reported.get("reason") if reported.get("status") == "nothing_to_learn" else None

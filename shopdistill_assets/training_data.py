@@ -162,8 +162,11 @@ class RolloutsConfig(Config):
     max_steps: int = Field(25, description="steps per episode")
     temperature: float = Field(0.7, description="sampling temperature")
     max_new_tokens: int = Field(512, description="per model turn (local checkpoints)")
+    batch_size: int = Field(1, description="local checkpoints: concurrent turns decoded together")
     concurrency: int = Field(8, description="episodes in flight")
     request_timeout_s: float = Field(300.0, description="per model call")
+    episode_time_limit_s: float = Field(300.0, description="deadline per episode: all its calls and tools (raise it "
+                                                          "for a CPU-served checkpoint on a loaded machine)")
     limit: int | None = Field(None, description="roll out only the first N problems")
     catalog: str | None = Field(None, description="catalog folder (default HOME/arena/catalog)")
     endpoint: str | None = Field(None, description="an OpenAI-compatible URL already serving the policy (vLLM); "
@@ -174,8 +177,8 @@ class RolloutsConfig(Config):
 class TeacherRolloutsConfig(RolloutsConfig):
     samples: int = Field(2, description="rollouts per problem")
     temperature: float = Field(0.6, description="sampling temperature")
-    scripted: str | None = Field("oracle", description="a scripted teacher (oracle: knows the answers; the "
-                                                       "simulated arena's teacher) when no endpoint is given")
+    scripted: str | None = Field("oracle", description="a scripted teacher when no endpoint is given: oracle (knows "
+                                                       "the answers) or fair (decides from tool results alone)")
 
 
 def _catalog(config: RolloutsConfig):
@@ -198,7 +201,8 @@ def _rollout(context: AssetExecutionContext, lake: LakeResource, config: Rollout
     truth = {r["problem_id"]: r for r in rows}
     catalog = _catalog(config)
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, temperature=config.temperature,
-                        concurrency=config.concurrency, request_timeout_s=config.request_timeout_s)
+                        concurrency=config.concurrency, request_timeout_s=config.request_timeout_s,
+                        episode_time_limit_s=config.episode_time_limit_s)
     if config.endpoint:
         result = evaluate(config.endpoint, config.model or name, problems, catalog, cfg)
     else:
@@ -237,9 +241,10 @@ def train_rollouts(context: AssetExecutionContext, config: RolloutsConfig, lake:
     version, manifest = latest_snapshot(context, lake, "train_problems")
 
     def policy(problems, catalog):
-        from shopdistill_assets.eval.hf_policy import HFPolicy
+        from shopdistill_assets.eval.hf_policy import checkpoint_policy
 
-        return HFPolicy(store.local_path(ref), max_new_tokens=config.max_new_tokens)
+        return checkpoint_policy(store.local_path(ref), max_new_tokens=config.max_new_tokens,
+                                 batch_size=config.batch_size)
 
     return _rollout(context, lake, config, policy, f"sft-{ref.version}", version, manifest,
                     {"checkpoint": ref.to_dict()})
@@ -250,16 +255,16 @@ def train_rollouts(context: AssetExecutionContext, config: RolloutsConfig, lake:
                    "arena) on train-side problems, scored.")
 def teacher_rollouts(context: AssetExecutionContext, config: TeacherRolloutsConfig, lake: LakeResource) -> MaterializeResult:
     version, manifest = latest_snapshot(context, lake, "train_problems")
-    if not config.endpoint and config.scripted != "oracle":
-        raise Failure(description="teacher_rollouts needs an `endpoint` (+ `model`) or scripted='oracle'",
+    if not config.endpoint and config.scripted not in ("oracle", "fair"):
+        raise Failure(description="teacher_rollouts needs an `endpoint` (+ `model`) or scripted='oracle' | 'fair'",
                       allow_retries=False)
 
     def policy(problems, catalog):
-        from shopdistill_assets.eval.policies import OraclePolicy
+        from shopdistill_assets.eval.policies import FairPolicy, OraclePolicy
 
-        return OraclePolicy(problems, catalog)
+        return FairPolicy() if config.scripted == "fair" else OraclePolicy(problems, catalog)
 
-    name = config.model or ("oracle" if not config.endpoint else "teacher")
+    name = config.model or (config.scripted if not config.endpoint else "teacher")
     return _rollout(context, lake, config, policy, name, version, manifest,
                     {"teacher": {"endpoint": config.endpoint, "model": config.model, "scripted": config.scripted}})
 

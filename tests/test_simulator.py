@@ -148,3 +148,45 @@ def test_truncated_file_reads_then_fails(arena):
             for line in fh:
                 good.append(orjson.loads(line))
     assert len(good) >= 2
+
+
+def test_problems_are_learnable_from_what_they_state(arena):
+    """Every product that satisfies what a request states passes its reward checks (no hidden
+    criterion), and the fair policy, which reads only the request and the tool results, solves
+    nearly all of them: the arena's learnability ceiling."""
+    from shopdistill_assets.eval.policies import FairPolicy
+    from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
+    from shopdistill_assets.eval.server import serve
+    from shopdistill_assets.sim.arena import build_world
+    from shopdistill_assets.sim.problems_gen import states
+
+    catalog, latent = build_world(ArenaConfig(out=arena, start_day=date(2026, 11, 1), days=3, traces_per_day=400, seed=7))
+    products = list(catalog.products.values())
+    for lp in latent[:60]:
+        for reward, clauses in zip(lp.items, lp.item_clauses):
+            lookalikes = [p for p in products if p["category"] == catalog.get(reward["product_id"])["category"]
+                          and states(p, clauses)]
+            assert lookalikes and all(check_item(p, reward, LexicalTitleSimilarity()).passed for p in lookalikes)
+    problems = sorted((p for f in (arena / "suites").glob("[psv]*.json") for p in load_suite(f)),
+                      key=lambda p: p.problem_id)[:120]
+    with serve(FairPolicy(), model_name="fair") as server:
+        result = evaluate(server.url, "fair", problems, catalog, RolloutConfig(samples=1, concurrency=8))
+    by_category = result.summary()["by_category"]
+    assert result.summary()["asr"] >= 0.85 and by_category["Product"]["asr"] >= 0.95, by_category
+    assert all(not ep.messages or "reward" not in json.dumps(ep.messages) for ep in result.episodes)
+
+
+def test_agentic_miners_recommend_what_their_searches_returned(arena):
+    """Agentic runs (careful or hasty) recommend products their own searches showed: the
+    choice is made from tool results, never from the ground truth."""
+    checked = 0
+    for _day, _n, line, truth in _lines(arena):
+        if truth.get("corrupt") or truth["dialect"] != "sn15.problem_run/v1" or truth["style"] != "agentic":
+            continue
+        calls = [c for s in orjson.loads(line)["dialogue"] or [] for c in s["completion"]["message"].get("tool_call", [])]
+        seen = {str(r["product_id"]) for c in calls if c["name"] == "find_product" and isinstance(c.get("result"), list)
+                for r in c["result"]}
+        for call in (c for c in calls if c["name"] == "recommend_product"):
+            assert set(call["parameters"]["product_ids"].split(",")) <= seen
+            checked += 1
+    assert checked > 300

@@ -232,7 +232,7 @@ def test_split_is_leak_free(arena):
                                            "conservation": True}
         split = arena.lake.read_day("split_traces", day)
         gated = arena.lake.read_day_columns("gated_traces", day, ["trace_id"])
-        assert split.height == gated.num_rows > 100
+        assert split.height == gated.num_rows > 80  # a day of real size (300 traces, about a third gated)
         assert set(split["side"].unique()) <= {"train", "heldout", "excluded"}
         assert split["leak_cluster_id"].null_count() == 0
         sides = split.group_by("leak_cluster_id").agg(pl.col("side").n_unique().alias("n"))

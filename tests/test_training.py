@@ -264,3 +264,42 @@ def test_train_side_check_blocks_a_planted_heldout_problem(trained):
     clean = {(e.asset_key.to_user_string(), e.check_name): e.passed
              for e in trained.chain.get_asset_check_evaluations()}
     assert clean and all(clean.values())
+
+
+def test_unfiltered_corpus_and_the_outcome_filter_for_the_ablation(trained):
+    """train_corpus can be built from every normalized trace (no structural filter, no gates:
+    the distillation benchmark's ablation), still train-side only; the sft stage's outcome
+    filter trains on the successful rows alone and says so in the lineage. Runs last: it
+    publishes an sft checkpoint on that corpus, then makes the gated corpus the newest again."""
+    gated = trained.lake.read_manifest("train_corpus", trained.corpus_version)
+    ablation = run(["train_corpus"], trained.resources, trained.instance,
+                   ops={"train_corpus": {"source": "normalized_traces"}})
+    version = meta(ablation, "train_corpus")["version"]
+    manifest = trained.lake.read_manifest("train_corpus", version)
+    assert version != trained.corpus_version and manifest["source"].startswith("normalized_traces")
+    assert manifest["rows"] > gated["rows"]
+    assert all(e.passed for e in ablation.get_asset_check_evaluations())  # train_side_only included
+    corpus = trained.lake.read_snapshot("train_corpus", version)
+    assert set(corpus["side"].unique()) == {"train"}
+    sft = run(["sft_checkpoint"], trained.resources, trained.instance,
+              ops={"sft_checkpoint": {**SMALL, "max_steps": 1, "only_successful": True}})
+    lineage = trained.store.lineage(trained.store.get("sft", meta(sft, "sft_checkpoint")["version"]))
+    assert lineage["method"] == {"only_successful": True} and lineage["corpus"]["version"] == version
+    successes = corpus.filter(pl.col("score") >= 1).height
+    assert lineage["training"]["rows"] == successes < lineage["training"]["rows_read"] == corpus.height
+    restored = run(["train_corpus"], trained.resources, trained.instance)
+    assert meta(restored, "train_corpus")["version"] == trained.corpus_version
+
+
+def test_rollouts_episode_deadline_is_configurable(trained):
+    """The rollouts' per-episode deadline (ORO's 300 s by default) is a config field: a benchmark
+    serving a checkpoint on a loaded CPU raises it; one too short fails every episode by timeout."""
+    from shopdistill_assets.training_data import RolloutsConfig
+
+    assert RolloutsConfig().episode_time_limit_s == 300.0
+    result = run(["teacher_rollouts"], trained.resources, trained.instance,
+                 ops={"teacher_rollouts": {"samples": 1, "episode_time_limit_s": 1e-6}})
+    version = meta(result, "teacher_rollouts")["version"]
+    rollouts = trained.lake.read_snapshot("teacher_rollouts", version)
+    assert rollouts.height > 0 and not rollouts["success"].any()
+    assert set(rollouts["failure_reason"].unique()) == {"episode_timeout"}

@@ -133,3 +133,96 @@ class HFPolicy:
         message = parse_completion(self.tokenizer.decode(new, skip_special_tokens=False))
         message["usage"] = {"prompt_tokens": int(ids.shape[1]), "completion_tokens": int(new.shape[0])}
         return message
+
+
+class BatchedHFPolicy(HFPolicy):
+    """HFPolicy that decodes concurrent requests together (the server answers each connection on
+    its own thread): a small model on CPU spends most of a decoding step in per-call overhead,
+    so a batch of 8 costs little more than one sequence.
+
+    A worker thread takes up to `max_batch` waiting requests, left-pads them and decodes with a
+    KV cache; each row samples from its own generator seeded by its request's `seed`, so a reply
+    does not depend on which requests shared its batch."""
+
+    def __init__(self, path: str | Path, *, max_batch: int = 8, **kwargs: Any) -> None:
+        import queue
+
+        super().__init__(path, **kwargs)
+        self.max_batch = max_batch
+        self._queue: queue.Queue = queue.Queue()
+        self._eos = {i for i in (self.tokenizer.convert_tokens_to_ids(t) for t in _END_TOKENS) if isinstance(i, int)}
+        threading.Thread(target=self._work, name="batched-decoding", daemon=True).start()
+
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+        ids = self.tokenizer(self.prompt(messages, tools), add_special_tokens=False)["input_ids"]
+        budget = min(max_tokens or self.max_new_tokens, self.max_new_tokens)
+        if len(ids) + budget > self.context:
+            raise PolicyRequestError(f"prompt of {len(ids)} tokens + {budget} exceeds the context of {self.context}")
+        job = {"ids": ids, "budget": budget, "temperature": temperature or 0.0, "seed": seed or 0,
+               "done": threading.Event()}
+        self._queue.put(job)
+        job["done"].wait()
+        if "error" in job:
+            raise job["error"]
+        message = parse_completion(self.tokenizer.decode(job["new"], skip_special_tokens=False))
+        message["usage"] = {"prompt_tokens": len(ids), "completion_tokens": len(job["new"])}
+        return message
+
+    def _work(self) -> None:
+        import queue
+
+        while True:
+            jobs = [self._queue.get()]
+            while len(jobs) < self.max_batch:
+                try:
+                    jobs.append(self._queue.get(timeout=0.01))
+                except queue.Empty:
+                    break
+            try:
+                for job, new in zip(jobs, self._decode(jobs)):
+                    job["new"] = new
+            except Exception as exc:  # reported to every waiting request, never kills the worker
+                for job in jobs:
+                    job["error"] = PolicyRequestError(f"generation failed: {type(exc).__name__}: {exc}"[:300])
+            for job in jobs:
+                job["done"].set()
+
+    def _decode(self, jobs: list[dict[str, Any]]) -> list[list[int]]:
+        torch = self._torch
+        width = max(len(j["ids"]) for j in jobs)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([[pad] * (width - len(j["ids"])) + j["ids"] for j in jobs], device=self.device)
+        mask = torch.tensor([[0] * (width - len(j["ids"])) + [1] * len(j["ids"]) for j in jobs], device=self.device)
+        generators = [torch.Generator().manual_seed(int(j["seed"]) & 0x7FFFFFFF) for j in jobs]
+        new: list[list[int]] = [[] for _ in jobs]
+        live = [True] * len(jobs)
+        past, step_ids = None, ids
+        with torch.no_grad():
+            for _ in range(max(j["budget"] for j in jobs)):
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=past, use_cache=True)
+                past, logits = out.past_key_values, out.logits[:, -1, :].float()
+                chosen = []  # finished rows keep decoding (cheaper than reshaping the cache); ignored
+                for row, job in enumerate(jobs):
+                    if job["temperature"] > 0:
+                        probs = torch.softmax(logits[row] / job["temperature"], -1).cpu()
+                        token = int(torch.multinomial(probs, 1, generator=generators[row]))
+                    else:
+                        token = int(logits[row].argmax())
+                    if live[row]:
+                        new[row].append(token)
+                        live[row] = token not in self._eos and len(new[row]) < job["budget"]
+                    chosen.append(token)
+                if not any(live):
+                    break
+                step_ids = torch.tensor([[t] for t in chosen], device=self.device)
+                mask = torch.cat([mask, torch.ones((len(jobs), 1), dtype=mask.dtype, device=self.device)], dim=1)
+        return new
+
+
+def checkpoint_policy(path: str | Path, *, max_new_tokens: int = 512, batch_size: int = 1) -> HFPolicy:
+    """The policy over a local checkpoint: one turn at a time, or `batch_size` decoded together."""
+    if batch_size > 1:
+        return BatchedHFPolicy(path, max_new_tokens=max_new_tokens, max_batch=batch_size)
+    return HFPolicy(path, max_new_tokens=max_new_tokens)

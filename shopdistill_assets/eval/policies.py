@@ -174,3 +174,23 @@ class RandomPolicy:
             pid = rng.choice(seen) if seen else "".join(rng.choice("0123456789") for _ in range(10))
             return assistant_message(f"I pick product {pid}.", [("recommend_product", {"product_ids": pid})], step)
         return assistant_message("Done.", [("terminate", {"status": "success"})], step)
+
+
+class FairPolicy:
+    """The fair scripted shopper of `eval.fair`: decides from the request and the tool results
+    alone (no ground truth), so its ASR is what the arena lets a model reach. Stateless: each
+    call replays the procedure over the tool results already in the conversation."""
+
+    name = "fair"
+
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+        from shopdistill_assets.eval.fair import parse_request, shop
+
+        procedure = shop(parse_request(user_query(messages)))
+        action = next(procedure)
+        try:
+            for _name, _args, result in tool_history(messages):
+                action = procedure.send(result)
+        except StopIteration:
+            return {"role": "assistant", "content": "The task is done."}
+        return assistant_message(action.think, [(action.name, action.arguments)], _n_assistant(messages))

@@ -111,3 +111,87 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 1024) ->
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+# -- a small model that can learn the arena on CPU --------------------------------------------
+
+# JSON written by orjson (the firehose) and by json.dumps (the rollouts) differ only in the
+# spaces after separators; folding them makes one tool result one token sequence either way.
+JSON_SPACING = (('": ', '":'), (', "', ',"'), ('}, {', '},{'))
+
+
+def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24):
+    """A BPE tokenizer trained on rendered arena conversations (train-side text only).
+
+    A word after a space is always its own piece (" philips" is one token wherever the request
+    puts it, so copying it into a search is learnable); JSON punctuation and keys merge freely
+    (`","shop_id":"` is one token). Numbers split into groups of three digits, each group one
+    token (all 1000 are in the vocabulary): a product id is four tokens that rarely recur within
+    one page of results, so copying it from a tool result needs no long match."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r" [A-Za-z]+"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"\d{1,3}"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, max_token_length=max_token_length,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    numbers = " ".join(f"{n:03d} {n} {n:02d}" for n in range(1000))  # every digit group frequent enough to merge
+    bpe.train_from_iterator([*texts, *_corpus(), *[numbers] * 40], trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
+        additional_special_tokens=SPECIAL_TOKENS[3:],
+    )
+    tokenizer.chat_template = chat_template_text()
+    return tokenizer
+
+
+def render_conversations(rows: list[dict], limit: int | None = None) -> list[str]:
+    """Conversations (`messages` as structs or JSON text, `tools` as JSON text) rendered with the
+    chat template; plus one with every sandbox tool, the prompt the evaluation sends."""
+    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    renderer = build_tokenizer(vocab_size=300)  # only its chat template is used
+    texts = [renderer.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "?"}],
+                                          tools=tool_schemas(), tokenize=False)]
+    for row in rows[:limit]:
+        messages = json.loads(row["messages"]) if isinstance(row["messages"], str) else row["messages"]
+        tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else row.get("tools")
+        texts.append(renderer.apply_chat_template(messages, tools=tools or None, tokenize=False))
+    return texts
+
+
+SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
+    "small": (256, 4, 8, 4, 768),
+    "medium": (384, 6, 6, 2, 1024),
+}
+
+
+def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
+                      seed: int = 0, max_positions: int = 4096) -> Path:
+    """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts`; saved at `path`."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
+    path = Path(path)
+    tokenizer = build_arena_tokenizer(texts, vocab_size)
+    torch.manual_seed(seed)
+    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
+        max_position_embeddings=max_positions, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1])
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

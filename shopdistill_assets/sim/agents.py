@@ -4,7 +4,9 @@ Every tool result in a simulated trace comes from a real `Sandbox.call`, and eve
 scored by the real scorer. Styles:
 
 - `agentic`: an LLM that decides each step (searches, views, compares, recommends); skill
-  decides how often it checks candidates against the request rather than taking the top hit.
+  decides how often it works carefully (the fair procedure of `eval.fair`: search with every
+  stated requirement, take the best result that matches) rather than hastily (brand and type
+  only, one of the top hits).
 - `subtask`: a Python harness that searches in a loop and asks the LLM only to pick an index;
   its dialogue is written after the fact.
 - `decoy`: the same actions as a weak agent, with templated think and no inference at all.
@@ -17,6 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from shopdistill_assets.eval import fair
 from shopdistill_assets.sandbox import Problem, Sandbox
 from shopdistill_assets.sandbox.scorer import check_item
 from shopdistill_assets.sandbox.similarity import LexicalTitleSimilarity
@@ -100,28 +103,44 @@ def _search(actor: Actor, rng: random.Random, latent: LatentProblem, i: int, thi
     return result if isinstance(result, list) else []
 
 
-def _pick(actor: Actor, rng: random.Random, results: list[dict], expected: dict, key: tuple[str, int],
-          skill: float, view: bool) -> str | None:
+def _pick(actor: Actor, rng: random.Random, results: list[dict], view: bool) -> str | None:
     if not results:
         return None
-    careful = rng.random() < skill
     top = results[: rng.choice([3, 4, 5])]
     if view and len(top) >= 2:
         actor.act(f"Candidates: {_describe(top)}. I will view them to compare attributes and sku options.",
                   "view_product_information", product_ids=",".join(r["product_id"] for r in top))
-    if careful:
-        for r in results:
-            if _passes(actor.sandbox, r["product_id"], expected, key):
-                return r["product_id"]
     return rng.choice(top)["product_id"]
+
+
+_TERSE = {"find_product": "Searching.", "recommend_product": "Recommending.", "terminate": "Ending."}
+
+
+def run_careful(problem: Problem, sandbox: Sandbox, terse: bool = False) -> AgentRun:
+    """A careful agent: the fair procedure (`eval.fair`), deciding from the request and the tool
+    results alone, so its successes teach what a model can learn."""
+    actor = Actor(sandbox)
+    procedure = fair.shop(fair.parse_request(problem.query))
+    try:
+        action = next(procedure)
+        while True:
+            think = _TERSE.get(action.name, "Checking.") if terse else action.think
+            action = procedure.send(actor.act(think, action.name, **action.arguments))
+    except StopIteration:
+        pass
+    return AgentRun("agentic", actor.steps)
 
 
 def run_agentic(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: random.Random,
                 skill: float, terse: bool = False) -> AgentRun:
+    """Careful with probability `skill` (the fair procedure); otherwise hasty: it searches the
+    brand and type only and takes one of the top results."""
+    if rng.random() < skill:
+        return run_careful(problem, sandbox, terse)
     actor = Actor(sandbox)
     picks: list[str] = []
     shop: str | None = None
-    for i, expected in enumerate(problem.reward):
+    for i in range(len(problem.reward)):
         think = (f"The user wants {' '.join(_head(latent, i))}. I will search the catalog first." if not picks
                  else f"Item {i} is {picks[-1]}. Now searching for the next item, {' '.join(_head(latent, i))}.")
         extra: dict[str, Any] = {}
@@ -130,7 +149,7 @@ def run_agentic(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: 
         if problem.category == "Voucher" and rng.random() < skill:
             extra["sort"] = "priceasc"
         results = _search(actor, rng, latent, i, "Searching." if terse else think, **extra)
-        pid = _pick(actor, rng, results, expected, (problem.problem_id, i), skill, view=not terse)
+        pid = _pick(actor, rng, results, view=not terse)
         if pid is None:
             break
         picks.append(pid)
@@ -203,6 +222,11 @@ def inject_fault(run: AgentRun, fault: str, rng: random.Random) -> AgentRun:
             steps.insert(steps.index(rec), AgentStep("Recommending a first option.", [ToolCall(
                 "recommend_product", dict(rec.calls[0].parameters), "Recommended.")]))
         elif rec is not None:
+            # the recommend step's think (a careful agent's comparison) moves to the next step, so the
+            # judge still sees reasoning over the results and only the format gate has cause to reject
+            after = steps.index(rec) + 1
+            if after < len(steps):
+                steps[after].think = f"{rec.think} {steps[after].think}".strip()
             steps.remove(rec)
     elif fault == "bad_product_ids" and rec is not None:
         rec.calls[0].parameters = {"product_ids": rng.choice(["the first one", "#1, #2", "product A"])}

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shopdistill_assets.sandbox.problems import Problem
+from shopdistill_assets.sandbox.scorer import check_item
+from shopdistill_assets.sandbox.similarity import LexicalTitleSimilarity
 
 _NS = uuid.UUID("0f5c2d7a-8b1e-4c3d-9a6f-2e7b5d4c1a90")
+_SIMILARITY = LexicalTitleSimilarity()
 
 OPENERS = ["I'm looking for", "Find me", "Show me", "Can you find", "I need", "Looking for", "Please find",
            "Help me find", "I want to buy", "Search for"]
@@ -139,6 +142,44 @@ def _item(rng: random.Random, product: dict[str, Any], n_rules: int) -> tuple[di
     return reward, tuple(clauses)
 
 
+def states(product: dict[str, Any], clauses: tuple[tuple[str, Any], ...]) -> bool:
+    """Does `product` satisfy every clause the request states (what a shopper can check)?"""
+    for kind, data in clauses:
+        if kind == "head":
+            brand, noun = data
+            if product["attributes"]["brand"][0] != brand or product["category"].split(" > ")[-1].lower() != noun:
+                return False
+        elif kind == "attr" and data[1] not in product["attributes"].get(data[0], []):
+            return False
+        elif kind == "color" and data not in {o["color_family"] for o in product["sku_options"].values()}:
+            return False
+        elif kind == "price":
+            mode, lo, hi = data
+            price = product["price"]
+            if (mode != "greater than" and price > hi) or (mode != "less than" and price < lo):
+                return False
+        elif kind == "service" and data not in product["service"]:
+            return False
+    return True
+
+
+def _identifiable(reward: dict[str, Any], clauses: tuple, product: dict[str, Any],
+                  same_type: list[dict[str, Any]]) -> tuple[dict[str, Any], tuple]:
+    """Learnable in principle: every product that satisfies the stated clauses must pass the
+    item's checks (title similarity included), or the request cannot be solved from the tool
+    results. While a look-alike would fail them, state one more of the target's attributes."""
+    def lookalike_fails(reward, clauses) -> bool:
+        return any(states(p, clauses) and not check_item(p, reward, _SIMILARITY).passed for p in same_type)
+
+    stated = {data[0] for kind, data in clauses if kind == "attr"}
+    for key in sorted(k for k in product["attributes"] if k != "brand" and k not in stated):
+        if not lookalike_fails(reward, clauses):
+            break
+        reward = {**reward, "attributes": [*reward["attributes"], {key: list(product["attributes"][key])}]}
+        clauses = (*clauses, ("attr", (key, product["attributes"][key][0])))
+    return reward, clauses
+
+
 def _voucher(rng: random.Random, basket: list[dict[str, Any]], shop_voucher: bool) -> dict[str, Any]:
     total = sum(p["price"] for p in basket)
     threshold = rng.randint(int(total * 0.3), int(total * 0.9))
@@ -159,8 +200,10 @@ def _voucher(rng: random.Random, basket: list[dict[str, Any]], shop_voucher: boo
 def generate_latent_problems(rng: random.Random, products: list[dict[str, Any]], n: int,
                              mix: tuple[float, float, float] = (0.5, 0.25, 0.25)) -> list[LatentProblem]:
     by_shop: dict[str, list[dict[str, Any]]] = {}
+    by_type: dict[str, list[dict[str, Any]]] = {}
     for p in products:
         by_shop.setdefault(p["shop_id"], []).append(p)
+        by_type.setdefault(p["category"], []).append(p)
     multi_type_shops = sorted(s for s, ps in by_shop.items() if len({p["category"] for p in ps}) >= 3)
     used_targets: set[str] = set()
     latent: list[LatentProblem] = []
@@ -184,7 +227,8 @@ def generate_latent_problems(rng: random.Random, products: list[dict[str, Any]],
             if len(basket) < 2:
                 basket = by_shop[shop][:2]
         used_targets.update(p["product_id"] for p in basket)
-        items, clauses = zip(*[_item(rng, p, n_rules if category == "Product" else max(1, n_rules - 1)) for p in basket])
+        drawn = [_item(rng, p, n_rules if category == "Product" else max(1, n_rules - 1)) for p in basket]
+        items, clauses = zip(*[_identifiable(r, c, p, by_type[p["category"]]) for (r, c), p in zip(drawn, basket)])
         voucher = None
         if category == "Voucher":
             voucher = _voucher(rng, basket, shop_voucher=len({p["shop_id"] for p in basket}) == 1 and rng.random() < 0.5)

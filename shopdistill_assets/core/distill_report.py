@@ -1,0 +1,105 @@
+"""The distillation report: held-out metrics per stage, each row naming what made its numbers.
+
+One row per policy (the fair ceiling, the base model, the ablation, every stage): its
+checkpoint (stage/version), the train_corpus snapshot behind it and that snapshot's source
+(gated or unfiltered), what the stage trained on (dataset, rows, steps, tokens), and held-out
+ASR, pass@1, pass@k and ASR per category. `targets` checks the issue's goals against the rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def row(policy: str, summary: dict[str, Any], lineage: dict[str, Any] | None = None,
+        corpus_source: str | None = None, note: str = "") -> dict[str, Any]:
+    """A report row from a policy_eval summary and (for checkpoints) the checkpoint's lineage."""
+    lineage = lineage or {}
+    checkpoint, dataset, training = lineage.get("checkpoint") or {}, lineage.get("dataset") or {}, lineage.get("training") or {}
+    by_category = {c: v.get("asr") for c, v in (summary.get("by_category") or {}).items() if isinstance(v, dict)}
+    return {
+        "policy": policy, "note": note,
+        "checkpoint": f"{checkpoint['stage']}/{checkpoint['version']}" if checkpoint else "",
+        "corpus": (lineage.get("corpus") or {}).get("version") or "", "corpus_source": corpus_source or "",
+        "dataset": f"{dataset.get('asset')} {dataset.get('version')}" if dataset else "",
+        "rows": training.get("rows", 0 if training.get("trained") is False else None), "steps": training.get("steps"),
+        "tokens": training.get("tokens"), "not_trained": training.get("reason") if training.get("trained") is False else None,
+        "asr": summary.get("asr"), "pass_at_1": summary.get("pass_at_1"), "pass_at_k": summary.get("pass_at_k") or {},
+        "by_category": by_category, "problems": (summary.get("counts") or {}).get("problems"),
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def top_k(rows: list[dict[str, Any]]) -> str | None:
+    ks = sorted({int(k) for r in rows for k in r["pass_at_k"]})
+    return str(ks[-1]) if ks else None
+
+
+def gap(r: dict[str, Any], k: str | None) -> float | None:
+    if k is None or r["pass_at_k"].get(k) is None or r["pass_at_1"] is None:
+        return None
+    return r["pass_at_k"][k] - r["pass_at_1"]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: metrics in points (%), then what each number was measured on."""
+    k = top_k(rows)
+    head = ["policy", "ASR", "pass@1", f"pass@{k}", f"pass@{k} − pass@1", "Product", "Shop", "Voucher",
+            "checkpoint", "corpus (source)", "trained on", "steps", "tokens"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        corpus = f"`{r['corpus']}` ({r['corpus_source']})" if r["corpus"] else r["note"]
+        trained = f"{r['dataset']} ({r['rows']} rows)" if r["dataset"] else ""
+        cells = [r["policy"], _pct(r["asr"]), _pct(r["pass_at_1"]), _pct(r["pass_at_k"].get(k) if k else None),
+                 _pct(gap(r, k)), *[_pct(r["by_category"].get(c)) for c in ("Product", "Shop", "Voucher")],
+                 f"`{r['checkpoint']}`" if r["checkpoint"] else "", corpus, trained,
+                 "" if r["steps"] is None else str(r["steps"]), "" if r["tokens"] is None else f"{r['tokens']:,}"]
+        if r.get("not_trained"):
+            cells[-2:] = ["not trained", r["not_trained"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def targets(rows: list[dict[str, Any]], chain: list[str], base: str = "base", sft: str = "sft",
+            resft: str = "resft", ablation: str = "sft_unfiltered") -> list[tuple[str, bool, str]]:
+    """The issue's goals, each (goal, reached, the numbers)."""
+    by = {r["policy"]: r for r in rows}
+    k = top_k(rows)
+    out = []
+    if base in by and sft in by:
+        gain = (by[sft]["asr"] - by[base]["asr"]) * 100
+        out.append(("SFT >= +25 points held-out ASR over the base", gain >= 25, f"{gain:+.1f} points"))
+    steps = [s for s in chain if s in by]
+    drops = [f"{a} {_pct(by[a]['asr'])} -> {b} {_pct(by[b]['asr'])}" for a, b in zip(steps, steps[1:])
+             if by[b]["asr"] < by[a]["asr"]]
+    flat = "" if any(by[s]["asr"] for s in steps[1:]) else " (every stage at 0.0: vacuous)"
+    out.append(("each later stage not below the one before", not drops, "; ".join(drops) or f"no drop{flat}"))
+    if sft in by and resft in by and k:
+        before, after = gap(by[sft], k), gap(by[resft], k)
+        if before is not None and after is not None:
+            out.append((f"pass@{k} − pass@1 narrowed after rejection re-SFT", after < before,
+                        f"{_pct(before)} -> {_pct(after)} points"))
+    if sft in by and ablation in by:
+        ahead = by[sft]["asr"] - by[ablation]["asr"]
+        out.append(("gated corpus ahead of the unfiltered one (same token budget)", ahead > 0,
+                    f"{_pct(by[sft]['asr'])} vs {_pct(by[ablation]['asr'])}"))
+    return out
+
+
+def write(rows: list[dict[str, Any]], folder: Path, header: str, goals: list[tuple[str, bool, str]],
+          extra: dict[str, Any]) -> dict[str, Path]:
+    """report.md (header, table, goals), report.png, report.json in `folder`."""
+    from shopdistill_assets.core.training_report import plot_stages
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [header.rstrip(), "", table(rows), "Goals:", ""]
+    lines += [f"- [{'x' if ok else ' '}] {goal}: {numbers}" for goal, ok, numbers in goals]
+    (folder / "report.md").write_text("\n".join(lines) + "\n")
+    png = plot_stages(rows, folder / "report.png", title="Held-out ASR and pass@k by stage (simulated arena)")
+    (folder / "report.json").write_text(json.dumps({"rows": rows, "goals": goals, **extra}, indent=1, default=str))
+    return {"markdown": folder / "report.md", "png": png, "json": folder / "report.json"}

@@ -1,0 +1,156 @@
+"""What the distillation experiment stands on: the fair policy reads requests right, the arena
+tokenizer and small model build offline, batched decoding answers like one-at-a-time decoding,
+the SFT outcome filter, and the report's goals."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from shopdistill_assets.eval.fair import parse_item, parse_request
+
+PRODUCT = "Can you find a waist bag from logitech, less than 602 php, sold by an official LazMall store, closure: zipper."
+SHOP = ("Which store has all of these items: (1) a adidas brand hair dryer, in red color; (2) a kaiser laptop stand, "
+        "adjustable: no. The shop should sell all these products.")
+VOUCHER = ("I need these items: (1) a speed brand face toner, in the 04 colour option; (2) a hanabishi electric kettle, "
+           "having 1.7l capacity, from 553 to 1383 pesos.\n\nMy budget is only `1050`, but I have a voucher with the "
+           "following rules:\n1. The voucher only applies to the products from the same shop.\n2. It is valid only "
+           "when the total price of the products exceeds `616`.\n3. It provides a percentage discount of `14%` with a "
+           "cap of `512`.")
+
+
+def test_fair_policy_reads_the_arena_phrasings():
+    product = parse_request(PRODUCT)
+    assert product.category == "Product" and not product.same_shop
+    (item,) = product.items
+    assert item.head == ("logitech", "waist", "bag") and item.values == ("zipper",)
+    assert item.search_arguments() == {"q": "logitech waist bag zipper", "page": 1, "price": "-602", "service": "official"}
+    shop = parse_request(SHOP)
+    assert shop.category == "Shop" and shop.same_shop and [i.head for i in shop.items] == [
+        ("adidas", "hair", "dryer"), ("kaiser", "laptop", "stand")]
+    assert shop.items[0].color == "red" and shop.items[1].values == ("no",)
+    assert shop.items[1].search_arguments("4575881")["shop_id"] == "4575881"
+    voucher = parse_request(VOUCHER)
+    assert voucher.category == "Voucher" and voucher.same_shop and voucher.budget == 1050
+    assert voucher.voucher == {"voucher_type": "shop", "threshold": 616.0, "discount_type": "percentage",
+                               "discount": 0.14, "cap": 512.0}
+    assert voucher.items[0].color == "04" and voucher.items[1].price == (553.0, 1383.0)
+    assert voucher.items[1].values == ("1.7l",)
+    for phrase, code in (("with free shipping", "freeShipping"), ("with cash on delivery", "COD"),
+                         ("in a LazFlash sale", "flashsale"), ("that ships for free", "freeShipping")):
+        assert parse_item(f"a nike running shoes, {phrase}").services == (code,)
+    assert parse_item("a nike running shoes, above 900 pesos").price == (900.0, None)
+    assert parse_item("a nike running shoes, having eu:40 size").values == ("eu:40",)
+
+
+def test_fair_policy_plays_an_episode_from_tool_results_alone():
+    from shopdistill_assets.eval.policies import FairPolicy
+
+    policy = FairPolicy()
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": PRODUCT}]
+    first = policy(messages)
+    call = first["tool_calls"][0]["function"]
+    assert call["name"] == "find_product" and json.loads(call["arguments"])["price"] == "-602"
+    results = [{"product_id": "111", "shop_id": "9", "title": "Logitech new waist bag buckle nylon", "price": 300.0},
+               {"product_id": "222", "shop_id": "9", "title": "Logitech basic waist bag zipper nylon", "price": 320.0}]
+    messages += [first, {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": json.dumps(results)}]
+    second = policy(messages)
+    assert second["tool_calls"][0]["function"] == {"name": "recommend_product", "arguments": '{"product_ids": "222"}'}
+    assert "222" in second["reasoning_content"] and "111" in second["reasoning_content"]  # compares two candidates
+    messages += [second, {"role": "tool", "tool_call_id": second["tool_calls"][0]["id"], "content": '"Recommended."'}]
+    assert policy(messages)["tool_calls"][0]["function"]["name"] == "terminate"
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    from shopdistill_assets.eval.tiny_model import build_small_model, render_conversations
+
+    rows = [{"messages": [{"role": "system", "content": "You shop."}, {"role": "user", "content": PRODUCT},
+                          {"role": "assistant", "content": "", "reasoning_content": "Searching.", "tool_calls": [
+                              {"id": "c1", "type": "function", "function": {
+                                  "name": "find_product", "arguments": '{"q":"waist bag logitech","page":1}'}}]},
+                          {"role": "tool", "tool_call_id": "c1", "content": '[{"product_id":"5035687794","price":4.0}]'}],
+             "tools": "[]"}] * 20
+    return build_small_model(tmp_path_factory.mktemp("small") / "m", render_conversations(rows), vocab_size=2000)
+
+
+def test_arena_tokenizer_folds_json_spacing_and_groups_digits(small_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(small_model)
+    compact = '[{"product_id":"5035687794","price":459.0},{"product_id":"12"}]'
+    spaced = json.dumps(json.loads(compact))
+    assert compact != spaced and tokenizer(compact)["input_ids"] == tokenizer(spaced)["input_ids"]
+    pieces = [tokenizer.decode([i]) for i in tokenizer("id 5035687794")["input_ids"]]
+    assert pieces[-4:] == ["503", "568", "779", "4"]
+    assert all(f"{n:03d}" in tokenizer.get_vocab() for n in range(1000))
+    words = [tokenizer.decode([i]) for i in tokenizer('a logitech bag, {"q":"waist logitech"}')["input_ids"]]
+    assert words.count(" logitech") == 2  # a word after a space is one piece wherever it stands
+    text = tokenizer.apply_chat_template([{"role": "user", "content": PRODUCT}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_batched_decoding_answers_like_one_at_a_time(small_model):
+    from shopdistill_assets.eval.hf_policy import BatchedHFPolicy, HFPolicy, checkpoint_policy
+
+    single = HFPolicy(small_model, max_new_tokens=12)
+    batched = checkpoint_policy(small_model, max_new_tokens=12, batch_size=4)
+    assert isinstance(batched, BatchedHFPolicy)
+    prompts = [[{"role": "user", "content": f"find a nike shoe under {100 * k} PHP"}] for k in range(1, 6)]
+    replies: list = [None] * len(prompts)
+
+    def ask(i: int) -> None:
+        replies[i] = batched(prompts[i])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r["content"] for r in replies] == [single(p)["content"] for p in prompts]
+    sampled = [batched(prompts[0], temperature=1.0, seed=s)["content"] for s in (3, 3, 4)]
+    assert sampled[0] == sampled[1]
+
+
+def test_sft_outcome_filter_keeps_successful_rows():
+    from datasets import Dataset
+
+    from shopdistill_assets.train.sft import successful
+    from shopdistill_assets.train import STAGES
+    from shopdistill_assets.training import StageTrainConfig, stage_method
+
+    rows = Dataset.from_list([{"trace_id": str(i), "score": s} for i, s in enumerate([1.0, 0.0, None, 1.0])])
+    assert successful(rows)["trace_id"] == ["0", "3"]
+    assert len(successful(Dataset.from_list([{"trace_id": "x"}]))) == 1  # rollout datasets carry no score
+    assert stage_method(STAGES["sft"], StageTrainConfig(only_successful=True)) == {"only_successful": True}
+    assert stage_method(STAGES["resft"], StageTrainConfig()) == {}
+    assert stage_method(STAGES["dr_grpo"], StageTrainConfig())["episode_reward"] is False
+
+
+def test_report_checks_the_goals(tmp_path):
+    from shopdistill_assets.core import distill_report
+
+    def summary(asr, p8):
+        return {"asr": asr, "pass_at_1": asr, "pass_at_k": {"1": asr, "8": p8}, "counts": {"problems": 10},
+                "by_category": {"Product": {"asr": asr}}}
+
+    lineage = {"checkpoint": {"stage": "sft", "version": "abc"}, "corpus": {"version": "v1"},
+               "dataset": {"asset": "train_corpus", "version": "v1"}, "training": {"rows": 5, "steps": 3, "tokens": 99}}
+    rows = [distill_report.row("base", summary(0.0, 0.0)), distill_report.row("sft_unfiltered", summary(0.1, 0.3)),
+            distill_report.row("sft", summary(0.4, 0.8), lineage, "split_traces"),
+            distill_report.row("resft", summary(0.5, 0.7)), distill_report.row("kto", summary(0.45, 0.7))]
+    goals = {g: ok for g, ok, _ in distill_report.targets(rows, ["base", "sft", "resft", "kto"])}
+    assert goals == {"SFT >= +25 points held-out ASR over the base": True,
+                     "each later stage not below the one before": False,
+                     "pass@8 − pass@1 narrowed after rejection re-SFT": True,
+                     "gated corpus ahead of the unfiltered one (same token budget)": True}
+    flat = [distill_report.row(p, summary(0.0, 0.0)) for p in ("base", "sft", "resft")]
+    assert dict((g, n) for g, _, n in distill_report.targets(flat, ["base", "sft", "resft"]))[
+        "each later stage not below the one before"] == "no drop (every stage at 0.0: vacuous)"
+    paths = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]), {})
+    text = paths["markdown"].read_text()
+    assert "`sft/abc`" in text and "`v1` (split_traces)" in text and "| 40.0 |" in text
+    assert paths["png"].stat().st_size > 0 and json.loads(paths["json"].read_text())["rows"][2]["tokens"] == 99
