@@ -54,14 +54,15 @@ def maxrss_bytes(who: int) -> int:
     return resource.getrusage(who).ru_maxrss * 1024  # kilobytes on Linux
 
 
-def _tree_rss_bytes(root: int) -> int:
-    """Summed VmRSS of `root` and its descendants (Linux /proc; 0 elsewhere)."""
+def tree_bytes(root: int, proc_file: str = "status", field: str = "VmRSS:") -> int:
+    """Summed `field` of /proc/PID/`proc_file` over `root` and its descendants (Linux; 0
+    elsewhere): VmRSS from status by default, Pss from smaps_rollup for forked pools."""
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{pid}/{proc_file}").read_text().splitlines():
+                if line.startswith(field):
                     total += int(line.split()[1]) * 1024
                     break
             for task in Path(f"/proc/{pid}/task").iterdir():
@@ -71,27 +72,28 @@ def _tree_rss_bytes(root: int) -> int:
     return total
 
 
-class TreeRssSampler:
-    """Peak of the summed RSS of this process tree, sampled every `interval` seconds."""
+class TreeMemorySampler:
+    """Peak of `tree_bytes` of this process tree, sampled every `interval` seconds."""
 
-    def __init__(self, interval: float = 0.1) -> None:
+    def __init__(self, interval: float = 0.1, proc_file: str = "status", field: str = "VmRSS:") -> None:
         self.interval, self.peak = interval, 0
+        self._measure = lambda: tree_bytes(os.getpid(), proc_file, field)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss_bytes(os.getpid()))
+            self.peak = max(self.peak, self._measure())
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> TreeRssSampler:
+    def __enter__(self) -> TreeMemorySampler:
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, _tree_rss_bytes(os.getpid()))
+        self.peak = max(self.peak, self._measure())
 
 
 # ---- the day -----------------------------------------------------------------------------------
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             lines, size, bad = bare_pass(files)
             bare_times.append(time.perf_counter() - start)
-            with TreeRssSampler(0.05) as sampler:
+            with TreeMemorySampler(0.05) as sampler:
                 times, counts = core_pass(firehose_root, scratch, args.day, keep=True)
             core_rss = max(core_rss, sampler.peak)
             core_steps.append(times)
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             checks_ok.append((f"(c) tables identical to the reference path's ({n} Parquet parts, byte for byte)", same))
 
         if not args.skip_dagster:
-            with TreeRssSampler() as sampler:
+            with TreeMemorySampler() as sampler:
                 start = time.perf_counter()
                 ok, steps, checks = dagster_pass(firehose_root, work / "lake", args.day, args.workers)
                 t_dagster = time.perf_counter() - start

@@ -23,55 +23,17 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import ensure_day, maxrss_bytes  # noqa: E402
+from corpus import TreeMemorySampler, ensure_day, maxrss_bytes, tree_bytes  # noqa: E402
 
 DAY = "2026-11-01"
 TARGET_BYTES = 10**9
 
 
-def _tree_pss_bytes(root: int) -> int:
-    """Summed Pss of `root` and its descendants (Linux /proc)."""
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-            continue
-    return total
-
-
-class TreePssSampler:
-    """Peak of the summed PSS of this process tree, sampled every `interval` seconds."""
-
-    def __init__(self, interval: float = 0.05) -> None:
-        self.interval, self.peak = interval, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_pss_bytes(os.getpid()))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> TreePssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _tree_pss_bytes(os.getpid()))
+PSS = ("smaps_rollup", "Pss:")  # forked pool workers share the parent's pages: PSS splits them
 
 
 def run_core(firehose_root: Path, day: str, out: Path) -> dict:
@@ -117,8 +79,8 @@ def one_run(mode: str, firehose_root: Path, day: str, workers: int | None) -> No
 
     import shopdistill_assets.corpus  # noqa: F401
 
-    base = _tree_pss_bytes(os.getpid())
-    with tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp, TreePssSampler() as sampler:
+    base = tree_bytes(os.getpid(), *PSS)
+    with tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp, TreeMemorySampler(0.05, *PSS) as sampler:
         start = time.perf_counter()
         figures = run_core(firehose_root, day, Path(tmp)) if mode == "core" else \
             run_dagster(firehose_root, day, Path(tmp), workers)
