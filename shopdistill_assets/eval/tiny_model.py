@@ -93,17 +93,23 @@ def build_tokenizer(vocab_size: int = 1024):
 
 def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 1024) -> Path:
     """Build and save (model + tokenizer) a tiny random-weight Qwen3 at `path`; returns it."""
+    return _save_qwen3(Path(path), build_tokenizer(vocab_size), seed, hidden=64, layers=2, heads=4, kv_heads=2,
+                       mlp=128, max_positions=16384)
+
+
+def _save_qwen3(path: Path, tokenizer, seed: int, *, hidden: int, layers: int, heads: int, kv_heads: int,
+                mlp: int, max_positions: int) -> Path:
+    """A randomly initialised Qwen3 of this shape (seeded), saved with `tokenizer` at `path`."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    path = Path(path)
-    tokenizer = build_tokenizer(vocab_size)
     torch.manual_seed(seed)
     eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=16384,
-        tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
+        max_position_embeddings=max_positions, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
     )
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1])
@@ -175,23 +181,6 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
                       seed: int = 0, max_positions: int = 4096) -> Path:
     """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts`; saved at `path`."""
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    path = Path(path)
-    tokenizer = build_arena_tokenizer(texts, vocab_size)
-    torch.manual_seed(seed)
-    eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
-    config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
-        max_position_embeddings=max_positions, tie_word_embeddings=True, bos_token_id=None,
-        eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
-    )
-    model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1])
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return _save_qwen3(Path(path), build_arena_tokenizer(texts, vocab_size), seed, hidden=hidden, layers=layers,
+                       heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
