@@ -214,6 +214,24 @@ def training_summary(trainer: Any, callback: Any, wall_s: float, peak_tflops: fl
     return summary
 
 
+def fit(trainer: Any, callback: Any, args: StageArgs) -> dict[str, Any]:
+    """Train and return the run's summary (steps, losses, tokens/s, wall time, MFU where known)."""
+    started = time.monotonic()
+    trainer.train()
+    return training_summary(trainer, callback, time.monotonic() - started, args.peak_tflops)
+
+
+def run_stage(train: Any, argv: list[str] | None = None) -> int:
+    """A stage script's `main`: `train(args, pipes)` reporting through Pipes (rank 0), then the
+    local copy of a published checkpoint is dropped."""
+    args = parse_args(argv)
+    with reporting() as pipes:
+        code = train(args, pipes)
+    if args.publish_to:
+        cleanup(args)
+    return code
+
+
 def save_and_publish(args: StageArgs, trainer: Any, summary: dict[str, Any], pipes: Any) -> None:
     """Save the model + tokenizer (every rank takes part under ZeRO-3), then on rank 0 write the
     lineage and card, publish to the store and report the checkpoint through Pipes."""

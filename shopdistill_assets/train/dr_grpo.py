@@ -12,11 +12,9 @@ teacher's next step, and optionally the episode outcome through `ShoppingEnviron
 from __future__ import annotations
 
 import sys
-import time
 
 from shopdistill_assets.train.common import (
-    StageArgs, cleanup, load_rows, nothing_to_learn, parse_args, pipes_callback, reporting, save_and_publish,
-    trainer_kwargs, training_summary,
+    StageArgs, fit, load_rows, nothing_to_learn, pipes_callback, run_stage, save_and_publish, trainer_kwargs,
 )
 
 DEFAULTS = {"loss_type": "dr_grpo", "scale_rewards": "none", "num_generations": 4, "max_completion_length": 256,
@@ -59,9 +57,7 @@ def train(args: StageArgs, pipes) -> int:
     trainer = GRPOTrainer(model=args.model, reward_funcs=funcs, args=config, train_dataset=rows,
                           processing_class=tokenizer, callbacks=[callback],
                           **({"environment_factory": environment} if environment is not None else {}))
-    started = time.monotonic()
-    trainer.train()
-    summary = training_summary(trainer, callback, time.monotonic() - started, args.peak_tflops)
+    summary = fit(trainer, callback, args)
     rewards = [x.get("reward") for x in trainer.state.log_history if isinstance(x.get("reward"), (int, float))]
     summary.update(rows=len(rows), loss_type=config.loss_type, scale_rewards=config.scale_rewards,
                    mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
@@ -71,12 +67,7 @@ def train(args: StageArgs, pipes) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with reporting() as pipes:
-        code = train(args, pipes)
-    if args.publish_to:
-        cleanup(args)
-    return code
+    return run_stage(train, argv)
 
 
 if __name__ == "__main__":

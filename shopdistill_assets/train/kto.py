@@ -11,11 +11,9 @@ KTO paper's advice: the weighted ratio within [1, 4/3]); beta defaults to the OR
 from __future__ import annotations
 
 import sys
-import time
 
 from shopdistill_assets.train.common import (
-    StageArgs, cleanup, load_rows, nothing_to_learn, parse_args, pipes_callback, reporting, save_and_publish,
-    trainer_kwargs, training_summary,
+    StageArgs, fit, load_rows, nothing_to_learn, pipes_callback, run_stage, save_and_publish, trainer_kwargs,
 )
 
 DEFAULTS = {"beta": 0.02, "max_length": 16384, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
@@ -51,9 +49,7 @@ def train(args: StageArgs, pipes) -> int:
     callback = pipes_callback(pipes)
     trainer = KTOTrainer(model=args.model, args=config, train_dataset=rows, processing_class=tokenizer,
                          callbacks=[callback])
-    started = time.monotonic()
-    trainer.train()
-    summary = training_summary(trainer, callback, time.monotonic() - started, args.peak_tflops)
+    summary = fit(trainer, callback, args)
     summary.update(rows=len(rows), desirable=sum(labels), undesirable=len(labels) - sum(labels),
                    desirable_weight=config.desirable_weight, undesirable_weight=config.undesirable_weight,
                    beta=config.beta)
@@ -62,12 +58,7 @@ def train(args: StageArgs, pipes) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with reporting() as pipes:
-        code = train(args, pipes)
-    if args.publish_to:
-        cleanup(args)
-    return code
+    return run_stage(train, argv)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,9 @@ before and after go to the report and the lineage. Heavy imports stay inside `ma
 from __future__ import annotations
 
 import sys
-import time
 
 from shopdistill_assets.train.common import (
-    StageArgs, cleanup, load_rows, nothing_to_learn, parse_args, pipes_callback, reporting, save_and_publish,
-    trainer_kwargs, training_summary,
+    StageArgs, fit, load_rows, nothing_to_learn, pipes_callback, run_stage, save_and_publish, trainer_kwargs,
 )
 
 DEFAULTS = {"assistant_only_loss": True, "max_length": 16384, "per_device_train_batch_size": 1,
@@ -47,20 +45,13 @@ def train(args: StageArgs, pipes) -> int:
     callback = pipes_callback(pipes)
     trainer = SFTTrainer(model=args.model, args=config, train_dataset=rows, processing_class=tokenizer,
                          callbacks=[callback])
-    started = time.monotonic()
-    trainer.train()
-    summary = training_summary(trainer, callback, time.monotonic() - started, args.peak_tflops)
+    summary = fit(trainer, callback, args)
     save_and_publish(args, trainer, {**summary, "rows": len(rows), "rows_read": read}, pipes)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with reporting() as pipes:
-        code = train(args, pipes)
-    if args.publish_to:
-        cleanup(args)
-    return code
+    return run_stage(train, argv)
 
 
 if __name__ == "__main__":
