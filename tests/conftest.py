@@ -37,6 +37,20 @@ def shared_dir() -> Path:
     return SHARED
 
 
+def shoppingbench_queries() -> list[tuple[str, str]]:
+    """(file:line, query) of the 900 real ShoppingBench test problems in ../shared; the test
+    skips where they are absent."""
+    folder = SHARED / "data" / "shoppingbench"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} absent")
+    out = []
+    for path in sorted(folder.glob("synthesize_*_test.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+            if line.strip():
+                out.append((f"{path.stem}:{n}", json.loads(line)["query"]))
+    return out
+
+
 # ---- firehose days and S3 on loopback (ingest, lake) ---------------------------------------
 
 TINY_DAY = "2026-11-30"  # within the default daily partitions (start 2026-11-01)

@@ -6,7 +6,6 @@ queries, paraphrase recall) are printed: run with `pytest -s` to see them.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import Counter, defaultdict
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shoppingbench_queries
 import xxhash
 from datasketch import MinHash, MinHashLSH
 
@@ -205,17 +205,6 @@ def test_simulated_variants_cluster_together_and_apart():
 # ---------------------------------------------------------------- the real ShoppingBench test queries
 
 
-def _real_queries() -> list[tuple[str, str]]:
-    if not SB_DIR.is_dir():
-        pytest.skip(f"{SB_DIR} absent")
-    out = []
-    for path in sorted(SB_DIR.glob("synthesize_*_test.jsonl")):
-        for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
-            if line.strip():
-                out.append((f"{path.stem}:{n}", json.loads(line)["query"]))
-    return out
-
-
 _LEAD = re.compile(r"^(I'm looking for|Looking for|Show me|Find me|Find|Can you find|I need|I want)\b", re.I)
 _PRICE_SWAPS = [
     (r"priced above (\d+) (?:PHP|pesos)", ["costing more than {0} php", "over {0} pesos", "with a price above ₱{0}"]),
@@ -264,7 +253,7 @@ def paraphrase(query: str, rng: random.Random) -> str:
 
 
 def test_real_queries_stay_apart_and_paraphrases_rejoin():
-    real = _real_queries()
+    real = shoppingbench_queries()
     rng = random.Random(7)
     index = LeakIndex.new()
     index.add_day("2026-04-01", [ProblemRef(pid, q) for pid, q in real])
@@ -399,7 +388,7 @@ def _light_rewrite(query: str, rng: random.Random) -> str:
 
 
 def test_decontamination_catches_public_queries():
-    real = _real_queries()
+    real = shoppingbench_queries()
     suite = SHARED / "samples" / "suite.json"  # the ORO suite shape: a JSON array
     public = PublicTestSet.from_paths([SB_DIR, suite] if suite.is_file() else [SB_DIR])
     print(f"\n[public] {public.counts()}")

@@ -11,13 +11,13 @@ ShoppingBench test problems rephrased. Run with `pytest -s` to see the figures.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import shoppingbench_queries
 
 from shopdistill_assets.core.canonical import canonical_tokens
 from shopdistill_assets.core.leak_clusters import LeakIndex, ProblemRef
@@ -237,17 +237,6 @@ def test_generated_problems_in_both_orders_cluster_together_and_apart():
 # ---------------------------------------------------------------- the 900 real ShoppingBench problems
 
 
-def _real_queries() -> list[tuple[str, str]]:
-    if not SB_DIR.is_dir():
-        pytest.skip(f"{SB_DIR} absent")
-    out = []
-    for path in sorted(SB_DIR.glob("synthesize_*_test.jsonl")):
-        for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
-            if line.strip():
-                out.append((f"{path.stem}:{n}", json.loads(line)["query"]))
-    return out
-
-
 _CUR = r"(?:PHP|php|pesos?)"
 # Real phrasings (cue before the number) and rewrites with the cue after it, or another before it.
 _REWRITES = [
@@ -280,7 +269,7 @@ def rephrase(query: str, rng: random.Random) -> tuple[str, int]:
 
 
 def test_real_problems_rephrased_in_the_other_order_rejoin_and_stay_apart():
-    real = _real_queries()
+    real = shoppingbench_queries()
     rng = random.Random(5)
     index = LeakIndex.new()
     index.add_day("2026-04-01", [ProblemRef(pid, q) for pid, q in real])
