@@ -8,7 +8,6 @@ import gzip
 import json
 import logging
 import os
-import shutil
 import time
 from datetime import date, datetime, timezone
 from pathlib import Path

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from shopdistill_assets.eval import OraclePolicy, RolloutConfig, evaluate, serve
-from shopdistill_assets.eval.policies import assistant_message, tool_history
+from shopdistill_assets.eval.policies import tool_history
 from shopdistill_assets.eval.toy_world import toy_world
 from shopdistill_assets.sandbox import Problem, Sandbox
 from shopdistill_assets.sandbox.safe_math import UnsafeExpression, evaluate as safe_eval

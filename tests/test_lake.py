@@ -22,7 +22,6 @@ from pathlib import Path
 import boto3
 import duckdb
 import polars as pl
-import pytest
 
 import lake_stress
 from lake_stress import ASSET, DAY, ROWS_PER_PART, verdict, write_version

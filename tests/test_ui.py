@@ -5,7 +5,6 @@ Chromium)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
