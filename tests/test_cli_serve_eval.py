@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -82,3 +83,22 @@ def test_tiny_checkpoint_served_and_evaluated_end_to_end(world, tmp_path):
     assert result["asr"] == 0.0  # untrained: every episode is a scored failure with a reason
     reasons = result["errors"]["failure_reasons"]
     assert sum(reasons.values()) == 3 and "endpoint_error" not in reasons
+
+
+def test_serve_stops_on_sigterm_even_when_its_parent_ignored_it(tmp_path):
+    """A server started by a process that ignores SIGTERM (Dagster maps SIGTERM to SIGINT's
+    handler, "ignore" under a background shell) inherits the ignore; `docker stop` and a pod's
+    shutdown send SIGTERM, so the server must install its own handler."""
+    env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home")}
+    port = _free_port()
+    proc = subprocess.Popen([*CLI, "serve", "--policy", "random", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    try:
+        assert wait_ready(f"http://127.0.0.1:{port}/v1", timeout_s=120), proc.stderr.read().decode()[-2000:]
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0  # a clean shutdown, not a kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import signal
 import sys
 import threading
 import time
@@ -284,14 +285,23 @@ def serve(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name:
 
 def serve_forever(policy: Policy, host: str = "127.0.0.1", port: int = 8000, *, model_name: str | None = None,
                   latency_ms: float = 0.0) -> None:
-    """Blocking variant for the CLI: serves until interrupted."""
+    """Blocking variant for the CLI: serves until interrupted (Ctrl-C) or terminated (SIGTERM:
+    `docker stop`, a pod's shutdown). SIGTERM is handled here rather than left to its
+    inherited disposition: a parent that ignores it (Dagster maps SIGTERM to SIGINT's handler,
+    which is "ignore" under a background shell) would otherwise make the server unstoppable."""
     server = serve(policy, host, port, model_name=model_name, latency_ms=latency_ms)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         server.thread.join()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def wait_ready(base_url: str, timeout_s: float = 60.0) -> bool:
