@@ -57,6 +57,19 @@ STAGING_OPTIONS: dict[str, Any] = {"compression": "none", "use_dictionary": Fals
 # zstd level 1: within a few percent of level 3 on trace text, and several times faster to write.
 FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": True,
                                  "write_statistics": True, "version": "2.6", "data_page_version": "1.0"}
+# Columns of unique JSON text (a trace's messages, proxy evidence, a rejected raw line): a
+# dictionary never pays off there and min/max statistics say nothing a query could prune on,
+# while building both cost ~10 % of the split. Every other column keeps both.
+NO_DICTIONARY = frozenset({"messages", "proxy_evidence", "raw_line"})
+NO_STATISTICS = NO_DICTIONARY | {"tools", "structural_evidence"}
+
+
+def final_options(schema: pa.Schema) -> dict[str, Any]:
+    """FINAL_OPTIONS for the lake's corpus tables of `schema`, per column where it matters."""
+    return {**FINAL_OPTIONS, "use_dictionary": [n for n in schema.names if n not in NO_DICTIONARY],
+            "write_statistics": [n for n in schema.names if n not in NO_STATISTICS]}
+
+
 TABLES = ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces")
 TABLE_SCHEMAS = {"normalized_traces": CANONICAL_SCHEMA, "agentic_traces": AGENTIC_SCHEMA,
                  "subtask_traces": STRUCTURAL_SCHEMA, "gated_traces": STRUCTURAL_SCHEMA, "rejected_traces": LEDGER_SCHEMA}
@@ -188,7 +201,7 @@ class _GroupWriter:
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.schema, self.rows = schema, 0
-        self._writer = pq.ParquetWriter(path, schema, **FINAL_OPTIONS)
+        self._writer = pq.ParquetWriter(path, schema, **final_options(schema))
         self._group: int | None = None
         self._pending: list[pa.Table] = []
 

@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .corpus_parts import (
-    FINAL_OPTIONS,
     LEDGER_GROUP_ROWS,
     ROW_GROUP_ROWS,
     STAGING_OPTIONS,
     corrupt_ledger_row,
-    oversize_ledger_row,
     end_ledger_row,
+    final_options,
+    oversize_ledger_row,
 )
 from .decide import AGENTIC_SCHEMA, CANONICAL_SCHEMA, LEDGER_SCHEMA, STRUCTURAL_SCHEMA
 from .gates import GateConfig, format_gate, reasoning_gate
@@ -51,9 +51,9 @@ class PartResult:
 class _ArrowWriter:
     """Arrow batches (or rows, buffered into batches) -> one Parquet file."""
 
-    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any] = FINAL_OPTIONS) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any] | None = None) -> None:
         self.schema, self.rows = schema, 0
-        self._writer = pq.ParquetWriter(path, schema, **options)
+        self._writer = pq.ParquetWriter(path, schema, **(final_options(schema) if options is None else options))
         self._pending: list[dict] = []
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
@@ -240,7 +240,7 @@ def write_ledger(rows: list[LedgerRow], files: list[str], paths: list[Path]) -> 
         by_file[row["source_file"]].append(row)
     for name, path in zip(files, paths):
         part = sorted(by_file[name], key=lambda r: (r["source_line"], r["stage"]))
-        with pq.ParquetWriter(path, LEDGER_SCHEMA, **FINAL_OPTIONS) as writer:
+        with pq.ParquetWriter(path, LEDGER_SCHEMA, **final_options(LEDGER_SCHEMA)) as writer:
             if part:  # an empty part has no row group at all
                 writer.write_table(pa.Table.from_pylist(part, LEDGER_SCHEMA), row_group_size=LEDGER_GROUP_ROWS)
     return len(rows)
