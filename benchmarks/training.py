@@ -90,7 +90,7 @@ def build_datasets(work: Path) -> dict[str, str]:
 
 
 def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.Namespace) -> dict:
-    from resources.launcher import deepspeed_config
+    from resources.launcher import deepspeed_config, local_job_env
 
     trainer = {"max_steps": args.steps, "logging_steps": 1, "learning_rate": 1e-4}
     if method in ("sft", "kto"):
@@ -110,7 +110,7 @@ def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.
     started = time.monotonic()
     proc = subprocess.run([launcher, "--num_gpus", str(args.gpus), str(REPO / "shopdistill_assets" / "train" /
                                                                         f"{method}.py"), "--config", str(path)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          capture_output=True, text=True, env={**os.environ, **local_job_env()})
     wall = time.monotonic() - started
     reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"materialization"')]
     if proc.returncode != 0 or not reports:

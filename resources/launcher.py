@@ -67,6 +67,20 @@ def training_pod_spec(*, gpus: int, node_selector: dict[str, str] | None = None,
     return spec
 
 
+def local_job_env() -> dict[str, str]:
+    """Environment defaults of a local DeepSpeed job (the caller's own settings win).
+
+    TORCH_EXTENSIONS_DIR: DeepSpeed JIT-builds an op (`deepspeed_shm_comm`) on its CPU
+    accelerator, by default under ~/.cache/torch_extensions, keyed by name only. Two virtual
+    environments (two clones, a worktree) then rebuild it in turn on every launch, 25-140 s
+    each; one folder per environment builds it once."""
+    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    for name, default in (("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
+                          ("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))):
+        env[name] = os.environ.get(name, default)
+    return env
+
+
 class TrainingLauncher(ConfigurableResource):
     """Where and how stage scripts run."""
 
@@ -114,8 +128,7 @@ class TrainingLauncher(ConfigurableResource):
             raise FileNotFoundError("the `deepspeed` launcher is not installed (pip install '.[train]')")
         command = [launcher, "--num_gpus", str(self.num_gpus), "--master_port", str(_free_port()),
                    self.script_path(method), "--config", str(config_path)]
-        env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+        env = local_job_env()
         # The job's output goes to the run's compute logs and to stage.log, whose end becomes the
         # failure's description: a failed stage says why on the run page and in the CLI.
         log = Path(stage_config["output_dir"]) / "stage.log"

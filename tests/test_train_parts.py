@@ -267,3 +267,21 @@ def test_training_pod_spec_asks_for_gpus():
     assert deepspeed_config("zero3")[1]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"]
     with pytest.raises(FileNotFoundError, match="zero2, zero3 or a JSON file"):
         deepspeed_config("zero9")
+
+
+def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
+    """DeepSpeed JIT-builds an op keyed by name only under ~/.cache; two virtual environments
+    sharing that folder rebuild it in turn on every launch. A job's default is one folder per
+    environment; a user's own TORCH_EXTENSIONS_DIR and OMP_NUM_THREADS win."""
+    import sys
+
+    from resources.launcher import local_job_env
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = local_job_env()
+    assert env["TORCH_EXTENSIONS_DIR"] == str(Path(sys.prefix) / "torch_extensions")
+    assert int(env["OMP_NUM_THREADS"]) >= 1 and env["PYTHONUNBUFFERED"] == "1"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert (local_job_env()["TORCH_EXTENSIONS_DIR"], local_job_env()["OMP_NUM_THREADS"]) == ("/elsewhere", "3")
