@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heldout-share", type=float, default=0.1)
     p.add_argument("--size", default="small", help="model size (tiny_model.SMALL_SIZES)")
     p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--whole-pieces", action=argparse.BooleanOptionalAction, default=True,
+                   help="the fixed prompt (system prompt, each tool schema) and the catalogue's product and shop ids "
+                   "are one token each: rows ~2.3x shorter, and copying an id is copying one token")
+    p.add_argument("--full-loss", action=argparse.BooleanOptionalAction, default=True,
+                   help="sft stages: loss on every token of a row, not only the assistant turns (a randomly "
+                   "initialised model must first learn to read and copy; the forward pass is paid for anyway)")
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step (sft stages; 1: no padding, "
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
@@ -105,11 +111,12 @@ def _checked(run: Any, what: str) -> dict[str, Any]:
     return run.metadata
 
 
-def stage_ops(args: argparse.Namespace, steps: int, lr: float, **extra: Any) -> dict[str, Any]:
+def stage_ops(args: argparse.Namespace, steps: int, lr: float, sft: bool = True, **extra: Any) -> dict[str, Any]:
+    trainer = {"warmup_steps": 0.05, "logging_steps": 5, "gradient_checkpointing": False}  # a small model's activations fit
+    if sft and args.full_loss:
+        trainer["assistant_only_loss"] = False
     return {"max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": args.batch,
-            "max_length": args.max_length,  # no gradient checkpointing: a small model's activations fit
-            "trainer_json": json.dumps({"warmup_steps": 0.05, "logging_steps": 5, "gradient_checkpointing": False}),
-            **extra}
+            "max_length": args.max_length, "trainer_json": json.dumps(trainer), **extra}
 
 
 def mean_tokens(rows: list[dict[str, Any]], tokenizer: Any, cap: int) -> float:
@@ -125,12 +132,18 @@ def mean_tokens(rows: list[dict[str, Any]], tokenizer: Any, cap: int) -> float:
 
 
 def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, home: Path) -> Path:
-    from shopdistill_assets.eval.tiny_model import build_small_model, render_conversations
+    from shopdistill_assets.eval.tiny_model import build_small_model, fixed_prompt_pieces, render_conversations
+    from shopdistill_assets.sandbox.catalog import iter_documents
 
     rows = lake.read_snapshot("train_corpus", corpus_version).sort("trace_id").to_dicts()
     texts = render_conversations(rows[:: max(1, len(rows) // 400)])
+    pieces: list[str] = []
+    if args.whole_pieces:  # the catalogue is what the tools show, not any problem's answer
+        products = list(iter_documents(home / "arena" / "catalog" / "documents.jsonl.gz"))
+        ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
+        pieces = [*fixed_prompt_pieces(), *ids]
     path = build_small_model(home / "models" / f"qwen3-{args.size}", texts, size=args.size, vocab_size=args.vocab,
-                             seed=args.seed)
+                             seed=args.seed, whole_pieces=pieces)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(path)
     return path
 
@@ -249,7 +262,7 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
         "kto_dataset": {"max_steps_per_trace": 2, "max_rows": 400},
         "resft_checkpoint": stage_ops(args, args.resft_steps, args.later_lr),
         "teacher_sft_checkpoint": stage_ops(args, args.teacher_steps, args.later_lr),
-        "kto_checkpoint": stage_ops(args, args.kto_steps, args.kto_lr, beta=args.kto_beta,
+        "kto_checkpoint": stage_ops(args, args.kto_steps, args.kto_lr, sft=False, beta=args.kto_beta,
                                    per_device_train_batch_size=max(2, args.batch)),  # KTO's KL term needs 2
         "dr_grpo_checkpoint": {"max_steps": args.grpo_steps, "learning_rate": args.grpo_lr, "num_generations": 4,
                                "per_device_train_batch_size": 8, "max_completion_length": args.max_new_tokens,

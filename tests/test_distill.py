@@ -93,6 +93,27 @@ def test_arena_tokenizer_folds_json_spacing_and_groups_digits(small_model):
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
 
 
+def test_whole_pieces_are_one_token_each_and_round_trip():
+    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.eval.tiny_model import build_arena_tokenizer, fixed_prompt_pieces
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    pieces = fixed_prompt_pieces()
+    assert len(pieces) == len(tool_schemas()) + 2  # head, one line per tool, tail
+    tokenizer = build_arena_tokenizer(["a logitech bag"] * 5, vocab_size=1200, whole_pieces=[*pieces, "5035687794"])
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "?"}]
+    text = tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    plain = build_arena_tokenizer(["a logitech bag"] * 5, vocab_size=1200)
+    assert len(ids) < 60 < 1000 < len(plain(text)["input_ids"])  # the system block is a handful of tokens
+    assert tokenizer.decode(ids) == text
+    for subset in (tool_schemas()[:2], tool_schemas()[3:]):  # a trace's own tool subset compresses as well
+        assert len(tokenizer.apply_chat_template(messages, tools=subset, tokenize=True, return_dict=False)) < 60
+    result = json.dumps([{"product_id": "5035687794", "price": 4.0}])  # spaced JSON still folds around the id
+    assert "5035687794" in [tokenizer.decode([i]) for i in tokenizer(result)["input_ids"]]
+    assert tokenizer(result)["input_ids"] == tokenizer(json.dumps(json.loads(result), separators=(",", ":")))["input_ids"]
+
+
 def test_batched_decoding_answers_like_one_at_a_time(small_model):
     from shopdistill_assets.eval.hf_policy import BatchedHFPolicy, HFPolicy, checkpoint_policy
 

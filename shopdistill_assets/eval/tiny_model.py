@@ -126,8 +126,13 @@ def _save_qwen3(path: Path, tokenizer, seed: int, *, hidden: int, layers: int, h
 JSON_SPACING = (('": ', '":'), (', "', ',"'), ('}, {', '},{'))
 
 
-def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24):
+def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24,
+                          whole_pieces: list[str] | tuple[str, ...] = ()):
     """A BPE tokenizer trained on rendered arena conversations (train-side text only).
+
+    `whole_pieces` become one token each wherever they occur verbatim (matched before BPE): fixed
+    prompt text (the system prompt, each tool schema) that every row repeats, or catalogue ids, so
+    rows get shorter and copying an id is copying one token.
 
     A word after a space is always its own piece (" philips" is one token wherever the request
     puts it, so copying it into a search is learnable); JSON punctuation and keys merge freely
@@ -152,8 +157,26 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
         tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         additional_special_tokens=SPECIAL_TOKENS[3:],
     )
+    if whole_pieces:
+        from tokenizers import AddedToken
+
+        tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in dict.fromkeys(whole_pieces) if p])
     tokenizer.chat_template = chat_template_text()
     return tokenizer
+
+
+def fixed_prompt_pieces() -> list[str]:
+    """The rendered text every evaluation prompt repeats, cut where tool subsets differ: the system
+    block's head (system prompt, tools header), one line per tool schema, and its tail."""
+    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    renderer = build_tokenizer(vocab_size=300)  # only its chat template is used
+    text = renderer.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "?"}],
+                                        tools=tool_schemas(), tokenize=False)
+    system = text.split("<|im_start|>system\n", 1)[1].split("<|im_end|>", 1)[0]
+    start, end = system.index("<tools>\n{") + len("<tools>"), system.rindex("</tools>")  # the list, not its mention
+    return [system[:start], *[line for line in system[start:end].split("\n") if line], system[end:]]
 
 
 def render_conversations(rows: list[dict], limit: int | None = None) -> list[str]:
@@ -179,8 +202,10 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 
 
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
-                      seed: int = 0, max_positions: int = 4096) -> Path:
-    """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts`; saved at `path`."""
+                      seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = ()) -> Path:
+    """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts` (plus
+    `whole_pieces` as single tokens); saved at `path`."""
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    return _save_qwen3(Path(path), build_arena_tokenizer(texts, vocab_size), seed, hidden=hidden, layers=layers,
+    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces)
+    return _save_qwen3(Path(path), tokenizer, seed, hidden=hidden, layers=layers,
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
