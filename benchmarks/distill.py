@@ -67,8 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step (sft stages; 1: no padding, "
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
-    p.add_argument("--sft-steps", type=int, default=600, help="rows are ~2.3x shorter with --whole-pieces: "
-                   "300 steps cost about what round 1's 260 did (375 vs 391 CPU s in a pilot)")
+    p.add_argument("--sft-steps", type=int, default=1200, help="1.25 CPU s a step with --whole-pieces in a pilot "
+                   "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps, copying was still improving")
     p.add_argument("--sft-lr", type=float, default=2e-3)
     p.add_argument("--rollout-problems", type=int, default=12, help="train problems rolled out (resft, teacher)")
     p.add_argument("--rollout-samples", type=int, default=4, help="resft: rollouts per train problem (k)")
