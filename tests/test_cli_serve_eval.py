@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -91,9 +90,11 @@ def test_serve_stops_on_sigterm_even_when_its_parent_ignored_it(tmp_path):
     shutdown send SIGTERM, so the server must install its own handler."""
     env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home")}
     port = _free_port()
-    proc = subprocess.Popen([*CLI, "serve", "--policy", "random", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    # A parent that ignores SIGTERM, then execs the server in place: exec keeps "ignore".
+    parent = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    proc = subprocess.Popen([sys.executable, "-c", parent, *CLI[1:], "serve", "--policy", "random",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         assert wait_ready(f"http://127.0.0.1:{port}/v1", timeout_s=120), proc.stderr.read().decode()[-2000:]
         proc.terminate()
