@@ -10,6 +10,7 @@ Rank 0 alone reports through Pipes (see `shopdistill_assets/train/common.py`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -73,12 +74,21 @@ def local_job_env() -> dict[str, str]:
     TORCH_EXTENSIONS_DIR: DeepSpeed JIT-builds an op (`deepspeed_shm_comm`) on its CPU
     accelerator, by default under ~/.cache/torch_extensions, keyed by name only. Two virtual
     environments (two clones, a worktree) then rebuild it in turn on every launch, 25-140 s
-    each; one folder per environment builds it once."""
+    each; one folder per environment builds it once. It stays in the user's cache (the
+    environment itself may be read-only, e.g. a system Python in an image)."""
     env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     for name, default in (("OMP_NUM_THREADS", str(os.cpu_count() or 1)),
-                          ("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))):
+                          ("TORCH_EXTENSIONS_DIR", str(torch_extensions_dir()))):
         env[name] = os.environ.get(name, default)
     return env
+
+
+def torch_extensions_dir() -> Path:
+    """This environment's own folder for JIT-built ops: ~/.cache/torch_extensions/<env>-<hash>."""
+    prefix = str(Path(sys.prefix).resolve())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    name = Path(prefix).name.lstrip(".") or "env"
+    return cache / "torch_extensions" / f"{name}-{hashlib.sha1(prefix.encode()).hexdigest()[:12]}"
 
 
 class TrainingLauncher(ConfigurableResource):

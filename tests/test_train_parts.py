@@ -280,7 +280,11 @@ def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = local_job_env()
-    assert env["TORCH_EXTENSIONS_DIR"] == str(Path(sys.prefix) / "torch_extensions")
+    ours = Path(env["TORCH_EXTENSIONS_DIR"])
+    assert ours.parent.name == "torch_extensions" and ours.name.startswith(Path(sys.prefix).resolve().name.lstrip(".") + "-")
+    monkeypatch.setattr(sys, "prefix", "/some/other/venv")  # another environment: another folder
+    other = Path(local_job_env()["TORCH_EXTENSIONS_DIR"])
+    assert other.parent == ours.parent and other != ours
     assert int(env["OMP_NUM_THREADS"]) >= 1 and env["PYTHONUNBUFFERED"] == "1"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
