@@ -224,6 +224,11 @@ def core_pass(firehose_root: Path, scratch: Path, day: str,
     return times, counts, cpu
 
 
+def pass_seconds(steps: dict[str, float]) -> float:
+    """The fused pass's time: every step but the conservation recount (a second read of the day)."""
+    return sum(steps.values()) - steps["conservation recount"]
+
+
 def same_parts(a: Path, b: Path) -> tuple[bool, int]:
     """Whether two folders hold the same Parquet parts, byte for byte; and how many."""
     names = sorted(p.name for p in a.glob("*.parquet"))
@@ -289,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                 times, counts, cpu = core_pass(firehose_root, scratch, args.day, keep=True)
             core_rss = max(core_rss, sampler.peak)
             core_steps.append(times)
-            core_times.append(sum(times.values()) - times["conservation recount"])
-            core_cpu.append(sum(cpu.values()) - cpu["conservation recount"])
+            core_times.append(pass_seconds(times))
+            core_cpu.append(pass_seconds(cpu))
         t_bare, t_core = median(bare_times), median(core_times)
         print(f"  {lines:,} lines ({bad} unparsable), {size / 1e6:.1f} MB uncompressed")
         print(f"(a) bare zlib + orjson.loads      {rate(lines, size, t_bare)}  runs {', '.join(f'{t:.1f}' for t in bare_times)} s")
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                 times, _, _ = core_pass(firehose_root, reference, args.day, keep=True)
             finally:
                 del os.environ[native.PATH_ENV]
-            t_ref = sum(times.values()) - times["conservation recount"]
+            t_ref = pass_seconds(times)
             same, n = same_parts(scratch, reference)
             print(f"(r) core path, Python reference   {rate(lines, size, t_ref)}  (c) is {t_ref / t_core:.1f}x faster")
             checks_ok.append((f"(c) tables identical to the reference path's ({n} Parquet parts, byte for byte)", same))

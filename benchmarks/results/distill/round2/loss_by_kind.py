@@ -4,7 +4,8 @@ values), and where a row's tokens go. Usage: loss_by_kind.py DIR CHECKPOINT N (D
 the gated corpus's successful rows). The role header `<|im_start|>assistant\n` is outside the
 trained span and counted apart."""
 import sys, json, re, collections
-sys.path.insert(0, "/work/wt-distill")
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # the repo root
 import torch, pyarrow.parquet as pq
 from transformers import AutoTokenizer, AutoModelForCausalLM
 W = sys.argv[1]; ck = sys.argv[2]; n = int(sys.argv[3]) if len(sys.argv) > 3 else 12

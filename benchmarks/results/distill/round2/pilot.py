@@ -1,23 +1,24 @@
 """Round 2 pilot: base model (env PIECES, IDS: whole pieces on/off), SFT N steps on the gated corpus's
 successful rows of round 1's run (/tmp/dx/r2/sft.parquet), env LR, SCHED, FULL_LOSS, SAVE, RESUME.
 Usage: pilot.py OUT_DIR STEPS."""
-import sys, os, json, time, gzip, collections, glob
-sys.path.insert(0, "/work/wt-distill")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import sys, os, json, time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # the repo root
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pyarrow.parquet as pq
 W = Path(sys.argv[1]); steps = int(sys.argv[2]); W.mkdir(parents=True, exist_ok=True)
 E = os.environ.get
 ARENA = Path("/tmp/dx/full/arena")
 rows = pq.read_table("/tmp/dx/r2/sft.parquet").to_pylist()
 from shopdistill_assets.eval.tiny_model import build_small_model, render_conversations, fixed_prompt_pieces
+from shopdistill_assets.sandbox.catalog import iter_documents
 model_dir = W / "base"
 if not (model_dir / "config.json").exists():
     pieces = []
     if E("PIECES", "1") == "1":
         pieces += fixed_prompt_pieces()
     if E("IDS", "1") == "1":
-        prods = [json.loads(l)["product"] for l in gzip.open(ARENA / "catalog/documents.jsonl.gz")]
+        prods = list(iter_documents(ARENA / "catalog/documents.jsonl.gz"))
         pieces += sorted({p["product_id"] for p in prods}) + sorted({p["shop_id"] for p in prods})
     texts = render_conversations(rows[:: max(1, len(rows) // 400)])
     build_small_model(model_dir, texts, size=E("SIZE", "small"), whole_pieces=pieces)

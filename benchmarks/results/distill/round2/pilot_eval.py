@@ -1,8 +1,8 @@
 """Round 2 pilot evaluation on round 1's real held-out set (its heldout_eval_set snapshot and arena).
 Usage: pilot_eval.py CHECKPOINT N_PROBLEMS SAMPLES TEMPERATURE [MAX_NEW_TOKENS]."""
 import sys, json, time, collections, glob
-sys.path.insert(0, "/work/wt-distill")
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # the repo root
 import pyarrow.parquet as pq
 from shopdistill_assets.sandbox import load_catalog, load_suite
 from shopdistill_assets.eval.hf_policy import checkpoint_policy
