@@ -121,6 +121,8 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
         **{f"pass_at_{k}": v for k, v in summary["pass_at_k"].items()},
         **{f"asr/{cat}": v.get("asr") for cat, v in summary["by_category"].items() if isinstance(v, dict)},
         "problems": len(problems), "episodes": len(result.episodes), "heldout_version": version,
+        **{k: v for k, v in (("format_valid_rate", summary["format_valid_rate"]),
+                             ("search_words_from_request", summary["search_grounding"]["word_share"])) if v is not None},
         "table": MetadataValue.md(metrics_table({spec.name: result})),
         "errors": MetadataValue.json(summary["errors"]), "plot": MetadataValue.path(str(plot)),
         "rollouts": MetadataValue.path(folder),

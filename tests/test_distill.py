@@ -156,7 +156,8 @@ def test_report_checks_the_goals(tmp_path):
 
     def summary(asr, p8):
         return {"asr": asr, "pass_at_1": asr, "pass_at_k": {"1": asr, "8": p8}, "counts": {"problems": 10},
-                "by_category": {"Product": {"asr": asr}}}
+                "by_category": {"Product": {"asr": asr}}, "format_valid_rate": 0.625,
+                "search_grounding": {"searches": 9, "word_share": 0.0345, "all_words_share": 0.0}}
 
     lineage = {"checkpoint": {"stage": "sft", "version": "abc"}, "corpus": {"version": "v1"},
                "dataset": {"asset": "train_corpus", "version": "v1"}, "training": {"rows": 5, "steps": 3, "tokens": 99}}
@@ -174,4 +175,5 @@ def test_report_checks_the_goals(tmp_path):
     paths = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]), {})
     text = paths["markdown"].read_text()
     assert "`sft/abc`" in text and "`v1` (split_traces)" in text and "| 40.0 |" in text
+    assert "| format-valid episodes | search words from the request |" in text and "| 62.5 | 3.5 |" in text
     assert paths["png"].stat().st_size > 0 and json.loads(paths["json"].read_text())["rows"][2]["tokens"] == 99

@@ -121,6 +121,37 @@ def test_metrics_table_and_plot(baselines, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
+def test_search_grounding_reads_only_well_formed_searches():
+    from types import SimpleNamespace
+
+    from shopdistill_assets.eval.metrics import search_grounding
+
+    def call(name, arguments):
+        return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+    def episode(query, *calls):
+        return SimpleNamespace(query=query, messages=[
+            {"role": "user", "content": query}, {"role": "assistant", "tool_calls": list(calls)},
+            {"role": "assistant", "tool_calls": "not a list"}, "not a message"])
+
+    read = episode("Find me a Nike running shoes, size: eu:40.",
+                   call("find_product", '{"q": "nike shoe eu:40", "page": 1}'),  # plural folded, as the search does
+                   call("view_product_information", '{"product_ids": "1"}'))
+    ignored = episode("I need a tefal umbrella.",
+                      call("find_product", '{"q": "kaiser guitar strings umbrella"}'),
+                      call("find_product", '{"q": '), call("find_product", '{"q": ["tefal"]}'),
+                      call("find_product", "[1, 2]"), call("find_product", None))
+    grounding = search_grounding([read, ignored])
+    assert grounding == {"searches": 2, "word_share": (4 + 1) / (4 + 4), "all_words_share": 0.5}
+    assert search_grounding([]) == {"searches": 0, "word_share": None, "all_words_share": None}
+
+
+def test_search_grounding_of_the_baselines(baselines):
+    # the random floor searches with words of the request only; the metrics carry it
+    assert baselines["random"].metrics["search_grounding"]["word_share"] == 1.0
+    assert baselines["random"].metrics["search_grounding"]["searches"] == 84
+
+
 class MalformedPolicy:
     """One failure mode per problem, chosen by a word of the query."""
 

@@ -3,7 +3,8 @@
 One row per policy (the fair ceiling, the base model, the ablation, every stage): its
 checkpoint (stage/version), the train_corpus snapshot behind it and that snapshot's source
 (gated or unfiltered), what the stage trained on (dataset, rows, steps, tokens), and held-out
-ASR, pass@1, pass@k and ASR per category. `targets` checks the issue's goals against the rows.
+ASR, pass@1, pass@k and ASR per category, with two readings of why: the share of format-valid
+episodes and the share of search words taken from the request (`metrics.search_grounding`). `targets` checks the issue's goals against the rows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def row(policy: str, summary: dict[str, Any], lineage: dict[str, Any] | None = N
         "tokens": training.get("tokens"), "not_trained": training.get("reason") if training.get("trained") is False else None,
         "asr": summary.get("asr"), "pass_at_1": summary.get("pass_at_1"), "pass_at_k": summary.get("pass_at_k") or {},
         "by_category": by_category, "problems": (summary.get("counts") or {}).get("problems"),
+        # why an ASR is what it is: well-formed episodes, and searches that read the request
+        "format_valid": summary.get("format_valid_rate"),
+        "search_words_from_request": (summary.get("search_grounding") or {}).get("word_share"),
     }
 
 
@@ -50,13 +54,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: metrics in points (%), then what each number was measured on."""
     k = top_k(rows)
     head = ["policy", "ASR", "pass@1", f"pass@{k}", f"pass@{k} − pass@1", "Product", "Shop", "Voucher",
-            "checkpoint", "corpus (source)", "trained on", "steps", "tokens"]
+            "format-valid episodes", "search words from the request", "checkpoint", "corpus (source)", "trained on", "steps", "tokens"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         corpus = f"`{r['corpus']}` ({r['corpus_source']})" if r["corpus"] else r["note"]
         trained = f"{r['dataset']} ({r['rows']} rows)" if r["dataset"] else ""
         cells = [r["policy"], _pct(r["asr"]), _pct(r["pass_at_1"]), _pct(r["pass_at_k"].get(k) if k else None),
                  _pct(gap(r, k)), *[_pct(r["by_category"].get(c)) for c in ("Product", "Shop", "Voucher")],
+                 _pct(r.get("format_valid")), _pct(r.get("search_words_from_request")),
                  f"`{r['checkpoint']}`" if r["checkpoint"] else "", corpus, trained,
                  "" if r["steps"] is None else str(r["steps"]), "" if r["tokens"] is None else f"{r['tokens']:,}"]
         if r.get("not_trained"):

@@ -8,6 +8,7 @@ equals pass@1.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -67,6 +68,46 @@ def _group(episodes: Sequence[Any], ks: Sequence[int]) -> dict[str, Any]:
     }
 
 
+def _search_queries(messages: Any) -> list[str]:
+    """The `q` of every find_product call in a conversation (the model's output: anything may be
+    malformed; what does not parse to a text query is skipped)."""
+    out = []
+    for message in messages if isinstance(messages, list) else []:
+        calls = message.get("tool_calls") if isinstance(message, dict) and message.get("role") == "assistant" else None
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or function.get("name") != "find_product":
+                continue
+            try:
+                arguments = json.loads(function.get("arguments") or "")
+            except (TypeError, ValueError):
+                continue
+            if isinstance(arguments, dict) and isinstance(arguments.get("q"), str):
+                out.append(arguments["q"])
+    return out
+
+
+def search_grounding(episodes: Sequence[Any]) -> dict[str, Any]:
+    """How far the searches read the request: the share of search words (find_product `q`, as
+    the catalogue's search tokenizes them) that the request contains, over every search of every
+    episode, and the share of searches made only of request words. A policy that ignores the
+    request and searches for plausible products scores near 0 however well formed its calls."""
+    from shopdistill_assets.sandbox.search import tokenize
+
+    searches = words = found = whole = 0
+    for ep in episodes:
+        request = set(tokenize(ep.query or ""))
+        for q in _search_queries(getattr(ep, "messages", None)):
+            tokens = tokenize(q)
+            searches += 1
+            words += len(tokens)
+            hits = sum(t in request for t in tokens)
+            found += hits
+            whole += int(bool(tokens) and hits == len(tokens))
+    return {"searches": searches, "word_share": found / words if words else None,
+            "all_words_share": whole / searches if searches else None}
+
+
 def compute_metrics(episodes: Sequence[Any], ks: Sequence[int] = K_VALUES) -> dict[str, Any]:
     """All metrics of one evaluation as a JSON-ready dict (k keys are strings)."""
     overall = _group(episodes, ks)
@@ -89,6 +130,7 @@ def compute_metrics(episodes: Sequence[Any], ks: Sequence[int] = K_VALUES) -> di
         "mean_steps": _mean([float(ep.steps) for ep in episodes]),
         "mean_latency_s": _mean([ep.latency_s for ep in episodes]),
         "failure_reasons": dict(sorted(Counter(ep.failure_reason for ep in episodes if ep.failure_reason).items())),
+        "search_grounding": search_grounding(episodes),
         # The validator: final = success rate x coefficient of the (mean) judge score.
         "reasoning_q": q,
         "reasoning_coef": coef,
