@@ -9,7 +9,7 @@ Everything goes through the project's assets on the project's Dagster instance u
   1. simulate the arena; the corpus assets for every day; the leak split; heldout_eval_set and
      train_corpus snapshots
   2. the base model: a randomly initialised Qwen3 (--size) whose BPE tokenizer is trained on
-     train_corpus text (train side only)
+     train_corpus text (train side only); or --base-model, a given (pretrained) model
   3. the ablation first: train_corpus from normalized_traces (no structural filter, no gates) and
      the sft stage on it; then train_corpus from the gated traces and the sft stage on it. Both keep
      successful trajectories only and get the same token budget (steps scaled by mean row length)
@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--traces-per-day", type=int, default=1500)
     p.add_argument("--problems-per-day", type=int, default=250)
     p.add_argument("--heldout-share", type=float, default=0.1)
+    p.add_argument("--base-model", default=None, help="start from this model (a Hugging Face id such as "
+                   "Qwen/Qwen3-0.6B, or a local folder) instead of building a random small Qwen3: a base that "
+                   "already reads and copies (--size, --vocab and --whole-pieces then do not apply)")
     p.add_argument("--size", default="small", help="model size (tiny_model.SMALL_SIZES)")
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--whole-pieces", action=argparse.BooleanOptionalAction, default=True,
@@ -69,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
     p.add_argument("--sft-steps", type=int, default=1200, help="1.25 CPU s a step with --whole-pieces in a pilot "
                    "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps, copying was still improving")
-    p.add_argument("--sft-lr", type=float, default=2e-3)
+    p.add_argument("--sft-lr", type=float, default=None, help="default 2e-3 for the random small model, 1e-5 "
+                   "for a --base-model (a pretrained model would forget at 2e-3)")
     p.add_argument("--rollout-problems", type=int, default=12, help="train problems rolled out (resft, teacher)")
     p.add_argument("--rollout-samples", type=int, default=4, help="resft: rollouts per train problem (k)")
     p.add_argument("--resft-steps", type=int, default=24)
@@ -84,6 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-limit", type=int, default=10, help="held-out problems evaluated (None: all)")
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
+    if args.sft_lr is None:
+        args.sft_lr = 1e-5 if args.base_model else 2e-3
     if args.quick:
         args.days, args.traces_per_day, args.problems_per_day = 2, 400, 80
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
@@ -132,7 +138,10 @@ def mean_tokens(rows: list[dict[str, Any]], tokenizer: Any, cap: int) -> float:
     return sum(lengths) / len(lengths) if lengths else 1.0
 
 
-def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, home: Path) -> Path:
+def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, home: Path) -> Path | str:
+    if args.base_model:  # a given model keeps its own tokenizer and chat template
+        os.environ["SHOPDISTILL_BASE_MODEL"] = args.base_model
+        return args.base_model
     from shopdistill_assets.eval.tiny_model import build_small_model, fixed_prompt_pieces, render_conversations
     from shopdistill_assets.sandbox.catalog import iter_documents
 
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     return report(args, resources, lake, policies, results, command, started)
 
 
-def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path) -> dict[str, Any]:
+def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str) -> dict[str, Any]:
     """The ablation's sft, then the five stages; returns {policy: corpus source} for the report."""
     from transformers import AutoTokenizer
 
@@ -291,14 +300,15 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
         heldout = manifest["heldout_version"]
         spec = lookup(policy)
         lineage = store.lineage(store.resolve(spec.checkpoint)) if spec.checkpoint and policy != "base" else None
-        note = {"fair": "scripted, no ground truth (ceiling)", "base": f"random init ({Path(spec.checkpoint or '').name})"}
+        note = {"fair": "scripted, no ground truth (ceiling)",
+                "base": f"given ({spec.checkpoint})" if args.base_model else f"random init ({Path(spec.checkpoint or '').name})"}
         rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, "")))
     goals = distill_report.targets(rows, ["base", *CHAIN])
     total_wall = sum(t[1] for t in TIMES)
     total_cpu = sum(t[2] for t in TIMES)
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"
               f", held-out set `{heldout}` ({rows[0]['problems']} problems x {args.eval_samples} samples), base model "
-              f"Qwen3 `{args.size}`; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
+              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init)'}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
               f"(~{total_cpu / 120:.1f} min on two quiet cores).\n")
     folder = Path(store.root) / "reports" / f"distill-{started.strftime('%Y%m%dT%H%M%S')}"
     paths = distill_report.write(rows, folder, header, goals, {
