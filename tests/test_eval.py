@@ -140,7 +140,8 @@ def test_search_grounding_reads_only_well_formed_searches():
     ignored = episode("I need a tefal umbrella.",
                       call("find_product", '{"q": "kaiser guitar strings umbrella"}'),
                       call("find_product", '{"q": '), call("find_product", '{"q": ["tefal"]}'),
-                      call("find_product", "[1, 2]"), call("find_product", None))
+                      call("find_product", "[1, 2]"), call("find_product", None),
+                      call("find_product", "[" * 200_000), call("find_product", {"q": "tefal"}))
     grounding = search_grounding([read, ignored])
     assert grounding == {"searches": 2, "word_share": (4 + 1) / (4 + 4), "all_words_share": 0.5}
     assert search_grounding([]) == {"searches": 0, "word_share": None, "all_words_share": None}

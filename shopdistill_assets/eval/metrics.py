@@ -80,7 +80,7 @@ def _search_queries(messages: Any) -> list[str]:
                 continue
             try:
                 arguments = json.loads(function.get("arguments") or "")
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
                 continue
             if isinstance(arguments, dict) and isinstance(arguments.get("q"), str):
                 out.append(arguments["q"])
