@@ -147,6 +147,16 @@ def test_search_grounding_reads_only_well_formed_searches():
     assert search_grounding([]) == {"searches": 0, "word_share": None, "all_words_share": None}
 
 
+def test_scripted_policies_read_hostile_arguments_as_text():
+    deep = "[" * 200_000  # deeper than the JSON parser goes: RecursionError, not ValueError
+    messages = [{"role": "user", "content": "I need a tefal umbrella."},
+                {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "find_product", "arguments": deep}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": deep}]
+    assert tool_history(messages) == [("find_product", {}, deep)]
+    reply = RandomPolicy(seed=0)(messages)
+    assert reply["tool_calls"][0]["function"]["name"] == "recommend_product"
+
+
 def test_search_grounding_of_the_baselines(baselines):
     # the random floor searches with words of the request only; the metrics carry it
     assert baselines["random"].metrics["search_grounding"]["word_share"] == 1.0

@@ -4,7 +4,8 @@ One row per policy (the fair ceiling, the base model, the ablation, every stage)
 checkpoint (stage/version), the train_corpus snapshot behind it and that snapshot's source
 (gated or unfiltered), what the stage trained on (dataset, rows, steps, tokens), and held-out
 ASR, pass@1, pass@k and ASR per category, with two readings of why: the share of format-valid
-episodes and the share of search words taken from the request (`metrics.search_grounding`). `targets` checks the issue's goals against the rows.
+episodes and the share of search words taken from the request (`metrics.search_grounding`).
+`targets` checks the issue's goals against the rows.
 """
 
 from __future__ import annotations

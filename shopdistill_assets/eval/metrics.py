@@ -8,7 +8,6 @@ equals pass@1.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,6 +70,8 @@ def _group(episodes: Sequence[Any], ks: Sequence[int]) -> dict[str, Any]:
 def _search_queries(messages: Any) -> list[str]:
     """The `q` of every find_product call in a conversation (the model's output: anything may be
     malformed; what does not parse to a text query is skipped)."""
+    from shopdistill_assets.eval.tool_calls import parse_arguments
+
     out = []
     for message in messages if isinstance(messages, list) else []:
         calls = message.get("tool_calls") if isinstance(message, dict) and message.get("role") == "assistant" else None
@@ -78,11 +79,9 @@ def _search_queries(messages: Any) -> list[str]:
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or function.get("name") != "find_product":
                 continue
-            try:
-                arguments = json.loads(function.get("arguments") or "")
-            except (TypeError, ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
-                continue
-            if isinstance(arguments, dict) and isinstance(arguments.get("q"), str):
+            raw = function.get("arguments")  # stored turns carry JSON text (tool_calls.arguments_text)
+            arguments = parse_arguments(raw) if isinstance(raw, str) else None
+            if arguments is not None and isinstance(arguments.get("q"), str):
                 out.append(arguments["q"])
     return out
 

@@ -71,7 +71,7 @@ def _loads(text: Any) -> Any:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a client's arguments nested deeper than the parser goes
         return text
 
 

@@ -42,7 +42,6 @@ res = D.resources_for(home)
 if steps:
     with D.phase("sft"):
         D.train(res, ["sft_checkpoint"], {"sft_checkpoint": D.stage_ops(args, steps, args.sft_lr, only_successful=True)})
-    store = res["checkpoints"].store()
 store = res["checkpoints"].store()
 name = os.environ.get("POLICY", f"sft{steps}")
 register(PolicySpec(name=name, checkpoint=str(store.local_path(store.latest("sft")))))
