@@ -6,7 +6,7 @@ runs scored at least `min_reasoning_score`. Only the primary dialect is judged:
 this gate (`missing_judge_policy="keep"`) and are held to the format gate alone; rejecting
 them would drop whole dialects for lacking a field they never have. A primary run with a
 null score is different: the validator should have judged it and did not (judge error,
-timeout), so by default it is rejected as `reasoning_missing`
+timeout), so by default it is rejected as `no_reasoning_score`
 (`null_reasoning_score_policy="reject"`); both policies are configurable.
 
 Format gate: the hard rejects of the ORO paper, defined precisely:
@@ -74,7 +74,7 @@ def reasoning_gate(row: dict, cfg: GateConfig | None = None) -> Rejection | None
         if policy == "keep":
             return None
         why = "judged dialect with a null reasoning_score" if judged else f"{row.get('dialect')} carries no judge score"
-        return Rejection.of(Reason.REASONING_MISSING, why)
+        return Rejection.of(Reason.NO_REASONING_SCORE, why)
     if q < cfg.min_reasoning_score - 1e-9:
         return Rejection.of(Reason.REASONING_GATE, f"reasoning_score {q:g} < {cfg.min_reasoning_score:g}")
     return None

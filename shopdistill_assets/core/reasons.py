@@ -40,6 +40,8 @@ class Reason(StrEnum):
     DIALECT_VIOLATION = "dialect_violation"
     MISSING_QUERY = "missing_query"
     EMPTY_DIALOGUE = "empty_dialogue"
+    FAILED_RUN = "failed_run"
+    ENVIRONMENT_EPISODE = "environment_episode"
     BAD_FIELD_TYPE = "bad_field_type"
     OVER_LIMIT = "over_limit"
     READER_ERROR = "reader_error"
@@ -51,7 +53,7 @@ class Reason(StrEnum):
     STRUCTURAL_UNCLEAR = "structural_unclear"
     # reasoning gate
     REASONING_GATE = "reasoning_gate"
-    REASONING_MISSING = "reasoning_missing"
+    NO_REASONING_SCORE = "no_reasoning_score"
     # format gate
     UNKNOWN_TOOL = "unknown_tool"
     MALFORMED_ARGUMENTS = "malformed_arguments"
@@ -76,7 +78,11 @@ _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.UNKNOWN_DIALECT, Stage.NORMALIZE, "the record matches none of the known dialects"),
     (Reason.DIALECT_VIOLATION, Stage.NORMALIZE, "the record breaks its dialect's shape (detail says where)"),
     (Reason.MISSING_QUERY, Stage.NORMALIZE, "no problem text (query) could be found"),
-    (Reason.EMPTY_DIALOGUE, Stage.NORMALIZE, "the run has no steps (typically FAILED or TIMED_OUT)"),
+    (Reason.EMPTY_DIALOGUE, Stage.NORMALIZE, "a finished run with no steps"),
+    (Reason.FAILED_RUN, Stage.NORMALIZE, "ORO did not finish the run (status FAILED, TIMED_OUT, SKIPPED, …; an "
+                                         "upload of [] is such a run): scored 0, never judged"),
+    (Reason.ENVIRONMENT_EPISODE, Stage.NORMALIZE, "an ORO generated-environment episode "
+                                                  "(oro.environment_episode.v1): recognized, holds no shopping dialogue"),
     (Reason.BAD_FIELD_TYPE, Stage.NORMALIZE, "a field the pipeline decides on has the wrong type or range"),
     (Reason.OVER_LIMIT, Stage.NORMALIZE, "the record exceeds a per-record work limit (steps, messages, tool "
                                          "calls, query size); detail says which"),
@@ -86,7 +92,8 @@ _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.NO_INFERENCE, Stage.STRUCTURAL, "the proxy log shows tool calls but no inference call: no LLM wrote any of it"),
     (Reason.STRUCTURAL_UNCLEAR, Stage.STRUCTURAL, "no proxy evidence to tell an agentic run from a sub-task one"),
     (Reason.REASONING_GATE, Stage.REASONING_GATE, "the judge's reasoning score is below the configured minimum"),
-    (Reason.REASONING_MISSING, Stage.REASONING_GATE, "a judged dialect's run has no reasoning score"),
+    (Reason.NO_REASONING_SCORE, Stage.REASONING_GATE, "a judged run has a null reasoning score (the judge failed "
+                                                      "or never ran)"),
     (Reason.UNKNOWN_TOOL, Stage.FORMAT_GATE, "a tool call names a tool outside TOOL_SCHEMAS"),
     (Reason.MALFORMED_ARGUMENTS, Stage.FORMAT_GATE, "tool arguments are not a JSON object valid for the tool's schema"),
     (Reason.UNPAIRED_TOOL_CALL, Stage.FORMAT_GATE, "a tool call without its result, or a result without its call"),

@@ -17,6 +17,15 @@ from ..reasons import Reason, Rejection
 PRIMARY = "sn15.problem_run/v1"
 ROLLOUT = "shoppingbench.rollout"
 OPENAI = "openai.messages"
+# What ORO itself writes, before the validator's result is joined to it: the sandbox's
+# output.jsonl line per problem (status, dialogue, timing) and the per-problem upload
+# (subnet/validator/output_split.py: the bare list of steps).
+ORO_ENVELOPE = "oro.sandbox_output"
+ORO_UPLOAD = "oro.upload"
+# ORO's generated-environment episodes: recognized and counted, but they hold no shopping dialogue.
+ORO_EPISODE = "oro.environment_episode.v1"
+# The run outcomes ORO records (oro_sdk ProblemStatus); only SUCCESS is a finished run.
+FINISHED_STATUS = "SUCCESS"
 
 # Fixed system prompt of primary-dialect traces: the record does not carry the agent's own
 # prompt, and one shared prompt lets the student learn the tools, not a miner's wording. The
@@ -140,6 +149,15 @@ def _bad_type(path: str, v: Any) -> Rejection:
 
 def _over_limit(what: str, n: int, limit: int) -> Rejection:
     return Rejection.of(Reason.OVER_LIMIT, f"{what} {n} > {limit}")
+
+
+def failed_run(status: Any, dialogue: Any) -> Rejection | None:
+    """`failed_run` for a run ORO did not finish (FAILED, TIMED_OUT, SKIPPED, PENDING, RUNNING),
+    whatever its dialogue holds: the validator scores it 0 and never judges it."""
+    if status is None or status == FINISHED_STATUS:
+        return None
+    steps = len(dialogue) if isinstance(dialogue, list) else 0
+    return Rejection.of(Reason.FAILED_RUN, f"status={str(status)[:40]}, {steps} steps")
 
 
 def _query_over_limit(query: str) -> Rejection | None:
