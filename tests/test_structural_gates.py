@@ -15,7 +15,8 @@ from shopdistill_assets.core.gates import (
     GateConfig, argument_error, format_gate, parse_product_ids, reasoning_gate, trace_tokens,
 )
 from shopdistill_assets.core.normalize import iter_records, ledger_row_for_trace
-from shopdistill_assets.core.reasons import REASON_STAGE, REASONS, Reason, reasons_markdown
+from shopdistill_assets.core.decide import DecideConfig, decide_line
+from shopdistill_assets.core.reasons import REASON_STAGE, REASONS, Reason, reason_table, reasons_markdown, trace_checks
 from shopdistill_assets.core.structural import StructuralConfig, classify
 from shopdistill_assets.core.tokens import count_tokens, estimate_tokens
 
@@ -342,8 +343,59 @@ def test_count_tokens_with_a_real_tokenizer(records):
     assert format_gate(row, cfg, tokenizer=tok) is None  # this tokenizer counts words and marks
 
 
-def test_reason_table():
-    assert set(REASONS) == {str(r) for r in Reason} and all(REASONS.values())
+def test_reason_table_is_derived_from_the_checks():
+    checks = trace_checks()
+    assert set(REASONS) == {str(r) for r in Reason} | {c.reason for c in checks} and all(REASONS.values())
+    assert len(REASONS) == len(Reason) + len(checks)  # one declaration per code
     assert set(REASON_STAGE.values()) == {"read", "normalize", "dedupe", "structural", "reasoning_gate", "format_gate"}
+    assert [c.reason for c in checks] == [code for code, stage, _ in reason_table()
+                                          if stage in ("structural", "reasoning_gate", "format_gate")]
+    assert all(REASON_STAGE[c.reason] == c.stage for c in checks)
     md = reasons_markdown()
     assert all(f"`{code}`" in md for code in REASONS) and md.count("\n") == len(REASONS) + 2
+
+
+def _drop_proxy(rec, keep=lambda c: False):
+    for step in rec["dialogue"]:
+        step["extra_info"]["proxy_calls"] = [c for c in step["extra_info"].get("proxy_calls", []) if keep(c)]
+
+
+# A record built for each trace check, from sample record 1 (gated as it is).
+CHECK_CASES = {
+    "no_tool_calls": lambda r: [s["completion"]["message"].pop("tool_call") for s in r["dialogue"]],
+    "structural_unclear": _drop_proxy,
+    "no_inference": lambda r: _drop_proxy(r, keep=lambda c: c["path"].startswith("/search/")),
+    "no_reasoning_score": lambda r: r.update(reasoning_score=None),
+    "reasoning_gate": lambda r: r.update(reasoning_score=0.3),
+    "unknown_tool": lambda r: call(r, 0).update(name="buy_now"),
+    "malformed_arguments": lambda r: call(r, 0).update(parameters={"q": "bag", "colour": "red"}),
+    "unpaired_tool_call": lambda r: call(r, 1).pop("result"),
+    "think_then_stop": lambda r: msg(r, 1).update(tool_call=[]),
+    "recommend_count": lambda r: r["dialogue"].insert(2, copy.deepcopy(r["dialogue"][2])),
+    "bad_product_ids": lambda r: call(r, 2)["parameters"].update(product_ids="the first one"),
+    "too_long": lambda r: msg(r, 0).update(think="reconsider " * 30_000),
+}
+
+
+@pytest.mark.parametrize("check", trace_checks(), ids=lambda c: c.reason)
+def test_every_check_fires_through_the_per_row_path(records, check):
+    """Each check's reason, on a record built for it, through decide_line (the one per-row path);
+    a check added without a case here fails this test."""
+    rec = copy.deepcopy(records["1"])
+    assert call(rec, 2)["name"] == "recommend_product" and decide_line("f.jsonl", 1, orjson.dumps(rec), DAY,
+                                                                       DecideConfig()).get("reason") is None
+    CHECK_CASES[check.reason](rec)
+    row = decide_line("f.jsonl", 1, orjson.dumps(rec), DAY, DecideConfig())
+    assert (row.get("stage"), row.get("reason")) == (str(check.stage), check.reason), row.get("detail")
+
+
+def test_checks_count_their_funnel(records):
+    counts = Counter()
+    rows = [trace(records[k]) for k in ("1", "2", "4", "5")]
+    for row in rows:
+        reasoning_gate(row, counts=counts) or format_gate(row, counts=counts)
+    assert counts["no_reasoning_score", "passed"] == 4
+    # 4: reasoning score 0.1; 5: two recommend_product calls
+    assert {k: n for k, n in counts.items() if k[1] == "failed"} == {("reasoning_gate", "failed"): 1,
+                                                                      ("recommend_count", "failed"): 1}
+    assert counts["reasoning_gate", "passed"] == 3 and counts["too_long", "passed"] == 2
