@@ -362,6 +362,9 @@ def test_envelope_and_upload_read_as_the_joined_record(day_lines):
 def test_oro_shapes_reasons(day_lines):
     joined = orjson.loads(day_lines[0])
     assert _reason([]) == "failed_run"  # output_split writes [] for a run with no dialogue
+    unpaired = copy.deepcopy(joined["dialogue"])
+    unpaired[0]["completion"] = "x"
+    assert _one(unpaired)["problem_id"] == joined["problem_id"]  # a rejected upload keeps its problem
     assert _reason({**_envelope(joined), "status": "FAILED", "dialogue": None}) == "failed_run"
     assert _reason({**_envelope(joined), "status": "TIMED_OUT"}) == "failed_run"
     assert _reason({**_envelope(joined), "dialogue": "x"}) == "bad_field_type"

@@ -115,9 +115,15 @@ def detect_dialect(obj: Any) -> str | None:
     return None
 
 
+def _dict_get(v: Any, key: str) -> Any:
+    return v.get(key) if isinstance(v, dict) else None
+
+
 def record_identity(obj: Any) -> dict[str, str | None]:
     """Best-effort ids of a record, even a rejected one, for its ledger row."""
     out: dict[str, str | None] = {"trace_id": None, "eval_run_id": None, "problem_id": None, "miner_hotkey": None}
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):  # an ORO upload names its problem per step
+        obj = {"problem_id": _dict_get(obj[0].get("extra_info"), "problem_id")}
     if isinstance(obj, dict):
         for key in ("eval_run_id", "problem_id", "miner_hotkey"):
             v = obj.get(key)
