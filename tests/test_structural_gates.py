@@ -104,6 +104,16 @@ def test_structural_labels_hold_on_newer_proxy_logs(records, shared_dir):
     assert labels["agentic"] >= 25 and labels["subtask"] >= 3
 
 
+def test_client_side_tools_are_not_catalogue_calls(shared_dir):
+    """ORO's calculate_voucher runs in the agent (no proxy call): a voucher run's searches match
+    its dialogue's catalogue calls exactly (conformance record 6, ORO's reference agent)."""
+    raw = (shared_dir / "conformance" / "records" / "oro_problem_run.jsonl").read_bytes().splitlines()[5]
+    row = trace(orjson.loads(raw))
+    counts = orjson.loads(classify(row).evidence_json())["counts"]
+    assert "calculate_voucher" in row["messages"]
+    assert counts["search_calls"] == counts["dialogue_catalogue_calls"] == 1
+
+
 def test_subtask_evidence(records):
     d = classify(trace(records["3"]))
     assert d.evidence["signals"] == {"hung_on_step0": 2, "search_excess": 2, "classify_calls": 2,

@@ -53,9 +53,11 @@ Ground every decision in tool results: cite the product ids, prices and attribut
 never invent a product id. Act only through tool calls."""
 
 _TOOL_JSON: dict[str, str] = {name: orjson.dumps(s).decode() for name, s in TOOL_SCHEMAS.items()}
-# Tools whose calls go to the validator's proxy as /search/<tool> (the structural evidence).
+# Tools whose calls go to the validator's proxy as /search/* (the structural evidence): the two
+# catalogue tools and ORO's helpers built on them (check_product_match views one product,
+# find_products_in_same_shop searches shop by shop). calculate_voucher runs in the agent itself.
 CATALOGUE_TOOLS = frozenset(
-    {"find_product", "view_product_information", "check_product_match", "find_products_in_same_shop", "calculate_voucher"}
+    {"find_product", "view_product_information", "check_product_match", "find_products_in_same_shop"}
 )
 
 
