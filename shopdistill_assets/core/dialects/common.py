@@ -40,8 +40,8 @@ attributes such as color, size or capacity, services such as official, freeShipp
 flashsale, and any same-shop, budget or voucher conditions).
 2. Search with find_product. Short keyword queries work best; narrow with the price, sort, \
 service and shop_id filters; results come 10 to a page, up to page 5.
-3. Check promising candidates with view_product_information (attributes, sku options, price, \
-shop) and compare them before deciding.
+3. Check promising candidates with view_product_information (descriptions, attributes and sku \
+options; price and shop come from the search results) and compare them before deciding.
 4. For budgets and vouchers, compute basket totals with calculate_voucher or python_execute and \
 make sure the total fits the budget, directly or after the voucher.
 5. When the user asks for several products, recommend them in the order the request lists \
