@@ -233,11 +233,11 @@ def test_broken_faults_are_rejected_with_their_reason(corpus):
         assert not row.keys() & {"gated_traces", "subtask_traces"}, (fault, row)
 
 
-def test_failed_and_timed_out_runs_are_empty_dialogues(corpus):
+def test_failed_and_timed_out_runs_are_failed_runs(corpus):
     fates = Counter((t["style"], reason) for _, t, (_, reason) in _fate_of_truth(corpus)
                     if t["style"] in ("failed", "timeout") and not t.get("corrupt"))
-    assert {reason for _, reason in fates} == {"empty_dialogue"}
-    assert fates[("failed", "empty_dialogue")] >= 40 and fates[("timeout", "empty_dialogue")] >= 20
+    assert {reason for _, reason in fates} == {"failed_run"}
+    assert fates[("failed", "failed_run")] >= 40 and fates[("timeout", "failed_run")] >= 20
 
 
 def test_corrupt_lines_are_rejected_at_read_or_normalize(corpus):
@@ -281,8 +281,8 @@ def test_reuploads_are_superseded_once_and_the_later_copy_kept(corpus):
                 continue
             assert len(copies) == 2 and sum(bool(c.get("reupload")) for c in copies) == 1, copies
             if copies[0]["style"] in ("failed", "timeout"):
-                # No steps: both copies stop at normalize as empty_dialogue, before dedupe.
-                assert [fates[_key(c)][0][1] for c in copies] == ["empty_dialogue"] * 2
+                # Not finished: both copies stop at normalize as failed_run, before dedupe.
+                assert [fates[_key(c)][0][1] for c in copies] == ["failed_run"] * 2
                 continue
             stamps = [_updated_at(lines[c["source_file"]][c["source_line"] - 1]) for c in copies]
             older, newer = (copies[0], copies[1]) if stamps[0] < stamps[1] else (copies[1], copies[0])
@@ -375,7 +375,7 @@ def test_shared_samples_meet_their_documented_fates(shared_dir, tmp_path):
         ("part-000.jsonl.gz", 3): "subtask_traces",  # a Python loop searched
         ("part-000.jsonl.gz", 4): "reasoning_gate",  # judge 0.1
         ("part-000.jsonl.gz", 5): "recommend_count",  # two recommend_product calls
-        ("part-000.jsonl.gz", 6): "empty_dialogue",  # FAILED, empty dialogue
+        ("part-000.jsonl.gz", 6): "failed_run",  # FAILED, empty dialogue
         ("part-000.jsonl.gz", 7): "json_decode",  # truncated JSON
         ("part-001.jsonl", 1): "gated_traces",  # the ShoppingBench rollout
         ("part-002.jsonl", 1): "gated_traces",  # the already-canonical OpenAI record

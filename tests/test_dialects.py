@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from shopdistill_assets.core.dialects import (
-    OPENAI, PRIMARY, ROLLOUT, SYSTEM_PROMPT, TOOL_SCHEMAS, CANONICAL_COLUMNS,
+    OPENAI, ORO_ENVELOPE, ORO_EPISODE, ORO_UPLOAD, PRIMARY, ROLLOUT, SYSTEM_PROMPT, TOOL_SCHEMAS, CANONICAL_COLUMNS,
     detect_dialect, make_trace_id, parse_updated_at, reasoning_coef,
 )
 from shopdistill_assets.core.normalize import (
@@ -61,7 +61,7 @@ def test_sample_day_fates(day_lines):
     rows, rejected = normalize_lines([("f.jsonl.gz", i, raw) for i, raw in enumerate(day_lines, 1)], DAY)
     assert [r["source_line"] for r in rows] == [1, 2, 3, 4, 5]
     assert [(r["source_line"], r["stage"], r["reason"]) for r in rejected] == [
-        (6, "normalize", "empty_dialogue"), (7, "read", "json_decode"),
+        (6, "normalize", "failed_run"), (7, "read", "json_decode"),  # status FAILED, no dialogue
     ]
     assert [(r["n_steps"], r["n_tool_calls"]) for r in rows] == [(4, 4), (4, 4), (3, 3), (4, 4), (5, 5)]
     assert all(set(r) == set(CANONICAL_COLUMNS) and r["dialect"] == PRIMARY for r in rows)
@@ -193,8 +193,11 @@ def test_reasoning_coef():
 
 @pytest.mark.parametrize(("obj", "expected"), [
     ({"schema": PRIMARY}, PRIMARY), ({"eval_run_id": "x", "dialogue": []}, PRIMARY),
-    ([{"completion": {}}], ROLLOUT), ({"messages": []}, OPENAI),
-    ({"schema": "sn15.problem_run/v2", "messages": []}, None), ({}, None), ([], None), ([1], None), ("x", None),
+    ([{"completion": {}, "prompt": []}], ROLLOUT), ({"messages": []}, OPENAI),
+    # what ORO writes: the sandbox envelope, the bare upload (a failed run's is []), an episode
+    ({"problem_id": "p", "status": "SUCCESS", "dialogue": []}, ORO_ENVELOPE), ([{"completion": {}}], ORO_UPLOAD),
+    ([], ORO_UPLOAD), ({"schema_version": "oro.environment_episode.v1", "episode": {}}, ORO_EPISODE),
+    ({"schema": "sn15.problem_run/v2", "messages": []}, None), ({}, None), ([1], None), ("x", None),
 ])
 def test_detect_dialect(obj, expected):
     assert detect_dialect(obj) == expected
@@ -237,8 +240,10 @@ def test_normalize_reasons(day_lines):
     assert reason(lambda r: r["dialogue"][0]["completion"]["message"]["tool_call"][0].pop("name")) == "dialect_violation"
     assert reason(lambda r: r["dialogue"][0].pop("completion")) == "dialect_violation"
     assert reason(lambda r: (r["problem"].pop("query"), r["dialogue"][0]["extra_info"].pop("query"))) == "missing_query"
-    assert reason(lambda r: r.update(dialogue=None, status="TIMED_OUT")) == "empty_dialogue"
-    assert reason(lambda r: r.update(dialogue=[])) == "empty_dialogue"
+    assert reason(lambda r: r.update(dialogue=None, status="TIMED_OUT")) == "failed_run"
+    assert reason(lambda r: r.update(status="FAILED")) == "failed_run"  # whatever its dialogue holds
+    assert reason(lambda r: r.update(status="SKIPPED")) == "failed_run"
+    assert reason(lambda r: r.update(dialogue=[])) == "empty_dialogue"  # a SUCCESS run with no steps
     assert reason(lambda r: r.update(reasoning_score="high")) == "bad_field_type"
     assert reason(lambda r: r.update(score=1.5)) == "bad_field_type"
     assert reason(lambda r: r.update(status=3)) == "bad_field_type"
@@ -327,6 +332,57 @@ def test_hostile_primary_mutations(day_lines):
 def test_hostile_rollout_and_openai_mutations(rollout, openai_record):
     assert _never_raises(rollout) > 100
     assert _never_raises(openai_record) > 20
+
+
+# ---- what ORO writes before the join: the sandbox envelope, the bare upload, episodes ----------
+
+ENVELOPE_KEYS = ("problem_id", "status", "execution_time", "inference_total", "inference_failure_count")
+
+
+def _envelope(record: dict) -> dict:
+    """The sandbox's output.jsonl line for a joined record (sandbox_executor's envelope shape)."""
+    return {**{k: record.get(k) for k in ENVELOPE_KEYS}, "error": None, "dialogue": record["dialogue"]}
+
+
+def test_envelope_and_upload_read_as_the_joined_record(day_lines):
+    joined = orjson.loads(day_lines[0])
+    primary = _one(joined)
+    for obj, dialect in ((_envelope(joined), ORO_ENVELOPE), (joined["dialogue"], ORO_UPLOAD)):
+        row = _one(obj)
+        assert row["dialect"] == dialect and detect_dialect(obj) == dialect
+        assert row["messages"] == primary["messages"] and row["tools"] == primary["tools"]
+        assert row["proxy_evidence"] == primary["proxy_evidence"] and row["query"] == primary["query"]
+        # no run identity and no judge score before the join: an id of its own, unjudged
+        assert row["eval_run_id"] is None and row["reasoning_score"] is None and row["trace_id"] != primary["trace_id"]
+        assert row["problem_id"] == joined["problem_id"]
+    assert _one(_envelope(joined))["status"] == "SUCCESS"
+    assert _one(joined["dialogue"])["trace_id"] == _one(list(joined["dialogue"]))["trace_id"]  # a re-upload is the same
+
+
+def test_oro_shapes_reasons(day_lines):
+    joined = orjson.loads(day_lines[0])
+    assert _reason([]) == "failed_run"  # output_split writes [] for a run with no dialogue
+    unpaired = copy.deepcopy(joined["dialogue"])
+    unpaired[0]["completion"] = "x"
+    assert _one(unpaired)["problem_id"] == joined["problem_id"]  # a rejected upload keeps its problem
+    assert _reason({**_envelope(joined), "status": "FAILED", "dialogue": None}) == "failed_run"
+    assert _reason({**_envelope(joined), "status": "TIMED_OUT"}) == "failed_run"
+    assert _reason({**_envelope(joined), "dialogue": "x"}) == "bad_field_type"
+    no_query = copy.deepcopy(joined["dialogue"])
+    no_query[0]["extra_info"].pop("query")
+    assert _reason(no_query) == "missing_query"
+    episode = {"schema_version": "oro.environment_episode.v1", "episode": {"family": "TF5-ranking"}}
+    row = _one(episode)
+    assert (row["stage"], row["reason"]) == ("normalize", "environment_episode") and "TF5-ranking" in row["detail"]
+    assert _never_raises(_envelope(joined)) > 100 and _never_raises(joined["dialogue"]) > 100
+
+
+def test_judge_model_names_and_null_scores_are_read(day_lines):
+    """Newer ORO: judge names like z-ai/glm-5.1, a null reasoning_score when the judge failed."""
+    joined = orjson.loads(day_lines[0])
+    assert _one({**joined, "reasoning_model": "z-ai/glm-5.1"})["reasoning_score"] == joined["reasoning_score"]
+    row = _one({**joined, "reasoning_score": None, "reasoning_explanation": None})
+    assert row["reasoning_score"] is None and row["reasoning_coef"] is None
 
 
 def test_hostile_sizes_and_depth(day_lines):

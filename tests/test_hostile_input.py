@@ -99,7 +99,7 @@ def test_a_file_name_that_is_not_utf8_is_read_under_a_safe_name(tmp_path):
     assert lake.read_day("raw_firehose", DAY)["file"].to_list() == [safe, "part-ok.jsonl"]
     assert fates(lake, safe) == [(1, "gated_traces"), (2, "gated_traces"), (3, "subtask_traces"),
                                  (4, "reasoning_gate")]
-    assert fates(lake, "part-ok.jsonl") == [(1, "empty_dialogue")]
+    assert fates(lake, "part-ok.jsonl") == [(1, "failed_run")]
 
 
 # ---- item 2: per-line work is linear and bounded ---------------------------------------------------

@@ -1,15 +1,27 @@
-"""The one list of reason codes a trace can be rejected with, and the rejection record.
+"""The reason codes a trace can be rejected with, the named checks behind them, and the rejection record.
 
 Every line of a firehose day that does not reach `gated_traces` or `subtask_traces` becomes a
 ledger row (`rejected_traces`) carrying one of these codes. Codes are short, stable and never
-reused for another meaning: dashboards, tests and the docs key on them. Add a code here, with
-its stage and a one-line meaning, before any code emits it.
+reused for another meaning: dashboards, tests and the docs key on them.
+
+Two kinds of code, one table (`reason_table()`, which the docs' table and the funnel's zero
+counts are generated from):
+- codes the line reader and the dialect readers stop a line with (read, normalize, dedupe):
+  `Reason` and `_TABLE` below;
+- codes of the trace checks (structural filter, reasoning gate, format gate): each is a
+  `Check` declared beside its test (core/structural.py, core/gates.py), and the order of those
+  lists is the order the checks run in. A new gate reason is one `Check` in its list (plus
+  its test and the regenerated docs table).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
+from typing import Any
 
 
 class Stage(StrEnum):
@@ -24,7 +36,7 @@ class Stage(StrEnum):
 
 
 class Reason(StrEnum):
-    """Stable reason codes (the ledger's `reason` column)."""
+    """The reason codes emitted outside the trace checks (the ledger's `reason` column)."""
 
     # read: the line never became a JSON value
     EMPTY_LINE = "empty_line"
@@ -40,29 +52,16 @@ class Reason(StrEnum):
     DIALECT_VIOLATION = "dialect_violation"
     MISSING_QUERY = "missing_query"
     EMPTY_DIALOGUE = "empty_dialogue"
+    FAILED_RUN = "failed_run"
+    ENVIRONMENT_EPISODE = "environment_episode"
     BAD_FIELD_TYPE = "bad_field_type"
     OVER_LIMIT = "over_limit"
     READER_ERROR = "reader_error"
     # dedupe
     SUPERSEDED = "superseded"
-    # structural filter
-    NO_TOOL_CALLS = "no_tool_calls"
-    NO_INFERENCE = "no_inference"
-    STRUCTURAL_UNCLEAR = "structural_unclear"
-    # reasoning gate
-    REASONING_GATE = "reasoning_gate"
-    REASONING_MISSING = "reasoning_missing"
-    # format gate
-    UNKNOWN_TOOL = "unknown_tool"
-    MALFORMED_ARGUMENTS = "malformed_arguments"
-    UNPAIRED_TOOL_CALL = "unpaired_tool_call"
-    RECOMMEND_COUNT = "recommend_count"
-    BAD_PRODUCT_IDS = "bad_product_ids"
-    THINK_THEN_STOP = "think_then_stop"
-    TOO_LONG = "too_long"
 
 
-# (code, stage, meaning): the documented table; order is the order of the docs.
+# (code, stage, meaning) of the codes emitted outside the checks, in the docs' order.
 _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.EMPTY_LINE, Stage.READ, "the line is empty or only whitespace"),
     (Reason.LINE_TOO_LARGE, Stage.READ, "the line exceeds the reader's size limit; not parsed"),
@@ -76,29 +75,17 @@ _TABLE: tuple[tuple[Reason, Stage, str], ...] = (
     (Reason.UNKNOWN_DIALECT, Stage.NORMALIZE, "the record matches none of the known dialects"),
     (Reason.DIALECT_VIOLATION, Stage.NORMALIZE, "the record breaks its dialect's shape (detail says where)"),
     (Reason.MISSING_QUERY, Stage.NORMALIZE, "no problem text (query) could be found"),
-    (Reason.EMPTY_DIALOGUE, Stage.NORMALIZE, "the run has no steps (typically FAILED or TIMED_OUT)"),
+    (Reason.EMPTY_DIALOGUE, Stage.NORMALIZE, "a finished run with no steps"),
+    (Reason.FAILED_RUN, Stage.NORMALIZE, "ORO did not finish the run (status FAILED, TIMED_OUT, SKIPPED, …; an "
+                                         "upload of [] is such a run): scored 0, never judged"),
+    (Reason.ENVIRONMENT_EPISODE, Stage.NORMALIZE, "an ORO generated-environment episode "
+                                                  "(oro.environment_episode.v1): recognized, holds no shopping dialogue"),
     (Reason.BAD_FIELD_TYPE, Stage.NORMALIZE, "a field the pipeline decides on has the wrong type or range"),
     (Reason.OVER_LIMIT, Stage.NORMALIZE, "the record exceeds a per-record work limit (steps, messages, tool "
                                          "calls, query size); detail says which"),
     (Reason.READER_ERROR, Stage.NORMALIZE, "the dialect reader failed unexpectedly (a bug; the record is kept here)"),
     (Reason.SUPERSEDED, Stage.DEDUPE, "a later upload of the same run (same trace_id) won within the day"),
-    (Reason.NO_TOOL_CALLS, Stage.STRUCTURAL, "the dialogue contains no tool call at all"),
-    (Reason.NO_INFERENCE, Stage.STRUCTURAL, "the proxy log shows tool calls but no inference call: no LLM wrote any of it"),
-    (Reason.STRUCTURAL_UNCLEAR, Stage.STRUCTURAL, "no proxy evidence to tell an agentic run from a sub-task one"),
-    (Reason.REASONING_GATE, Stage.REASONING_GATE, "the judge's reasoning score is below the configured minimum"),
-    (Reason.REASONING_MISSING, Stage.REASONING_GATE, "a judged dialect's run has no reasoning score"),
-    (Reason.UNKNOWN_TOOL, Stage.FORMAT_GATE, "a tool call names a tool outside TOOL_SCHEMAS"),
-    (Reason.MALFORMED_ARGUMENTS, Stage.FORMAT_GATE, "tool arguments are not a JSON object valid for the tool's schema"),
-    (Reason.UNPAIRED_TOOL_CALL, Stage.FORMAT_GATE, "a tool call without its result, or a result without its call"),
-    (Reason.RECOMMEND_COUNT, Stage.FORMAT_GATE, "not exactly one recommend_product call"),
-    (Reason.BAD_PRODUCT_IDS, Stage.FORMAT_GATE, "recommend_product ids are not comma-separated digit strings"),
-    (Reason.THINK_THEN_STOP, Stage.FORMAT_GATE, "an assistant turn ends with neither a tool call nor visible content"),
-    (Reason.TOO_LONG, Stage.FORMAT_GATE, "the rendered trace exceeds the token limit"),
 )
-
-REASONS: dict[str, str] = {str(code): meaning for code, _, meaning in _TABLE}
-REASON_STAGE: dict[str, str] = {str(code): str(stage) for code, stage, _ in _TABLE}
-assert set(REASONS) == {str(r) for r in Reason}, "every Reason needs a row in _TABLE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +97,80 @@ class Rejection:
     detail: str = ""
 
     @classmethod
-    def of(cls, reason: Reason, detail: str = "") -> Rejection:
+    def of(cls, reason: str, detail: str = "") -> Rejection:
         """A rejection whose stage is the reason's documented stage."""
-        return cls(REASON_STAGE[reason], str(reason), detail)
+        return cls(_reason_stage()[reason], str(reason), detail)
+
+
+@dataclass(frozen=True, eq=False)
+class Check:
+    """One named check of the flow (the datatrove habit): its reason code, its stage, what a
+    failure means, and its test. `test(*args)` returns the failure's detail, or None when the
+    check passes; checks decided by a classifier (the structural filter) have no test and are
+    rejected through `reject`."""
+
+    reason: str
+    stage: Stage
+    meaning: str
+    test: Callable[..., str | None] | None = None
+
+    def __call__(self, *args: Any) -> Rejection | None:
+        assert self.test is not None, f"{self.reason} is decided by its stage, not tested alone"
+        detail = self.test(*args)
+        return None if detail is None else self.reject(detail)
+
+    def reject(self, detail: str = "") -> Rejection:
+        return Rejection(str(self.stage), self.reason, detail)
+
+
+def run_checks(checks: Sequence[Check], *args: Any, counts: Counter | None = None) -> Rejection | None:
+    """The first failing check of `checks` (in order) on `args`, or None. `counts`, when given,
+    counts each check run as (reason, "passed" | "failed"): the stage's funnel."""
+    for check in checks:
+        rejection = check(*args)
+        if counts is not None:
+            counts[check.reason, "passed" if rejection is None else "failed"] += 1
+        if rejection is not None:
+            return rejection
+    return None
+
+
+def trace_checks() -> tuple[Check, ...]:
+    """Every trace check, in the order a trace meets them: structural, reasoning gate, format gate."""
+    from .gates import FORMAT_CHECKS, REASONING_CHECKS  # the checks import this module: late
+    from .structural import STRUCTURAL_CHECKS
+
+    return (*STRUCTURAL_CHECKS, *REASONING_CHECKS, *FORMAT_CHECKS)
+
+
+@cache
+def reason_table() -> tuple[tuple[str, str, str], ...]:
+    """(code, stage, meaning) of every reason, in flow order: the one documented table."""
+    rows = [(str(code), str(stage), meaning) for code, stage, meaning in _TABLE]
+    rows += [(c.reason, str(c.stage), c.meaning) for c in trace_checks()]
+    stage_order = list(Stage)
+    rows.sort(key=lambda r: stage_order.index(Stage(r[1])))  # stable: within a stage, declared order
+    assert len({r[0] for r in rows}) == len(rows), "a reason code is declared twice"
+    return tuple(rows)
+
+
+@cache
+def _reason_stage() -> dict[str, str]:
+    return {code: stage for code, stage, _ in reason_table()}
+
+
+def __getattr__(name: str) -> Any:
+    """`REASONS` (code -> meaning) and `REASON_STAGE` (code -> stage), built on first use from
+    `reason_table()` (module attributes computed late: the check lists import this module)."""
+    if name == "REASONS":
+        return {code: meaning for code, _, meaning in reason_table()}
+    if name == "REASON_STAGE":
+        return dict(_reason_stage())
+    raise AttributeError(name)
 
 
 def reasons_markdown() -> str:
     """The reason table as markdown, for the docs and the assets' metadata."""
     lines = ["| stage | reason | meaning |", "|---|---|---|"]
-    lines += [f"| `{stage}` | `{code}` | {meaning} |" for code, stage, meaning in _TABLE]
+    lines += [f"| `{stage}` | `{code}` | {meaning} |" for code, stage, meaning in reason_table()]
     return "\n".join(lines) + "\n"

@@ -42,12 +42,23 @@ from typing import Any, Literal
 import orjson
 
 from .dialects import CATALOGUE_TOOLS, PRIMARY
-from .reasons import Reason, Rejection
+from .reasons import Check, Rejection, Stage
 
 Label = Literal["agentic", "subtask", "reject"]
 _DIGITS = b"0123456789"
 SHAPE_HEAD_CHARS = 256  # of a think, read to find its first words
 SHAPE_HEAD_WORDS = 8
+
+
+# The filter's three rejections, in the order classify() meets them. They are decided by the
+# classifier below (its signals and score), not tested one by one: checks without a test.
+NO_TOOL_CALLS = Check("no_tool_calls", Stage.STRUCTURAL, "the dialogue contains no tool call at all")
+STRUCTURAL_UNCLEAR = Check("structural_unclear", Stage.STRUCTURAL,
+                           "no proxy evidence to tell an agentic run from a sub-task one")
+NO_INFERENCE = Check("no_inference", Stage.STRUCTURAL,
+                     "the proxy log shows tool calls but no inference call: no LLM wrote any of it")
+STRUCTURAL_CHECKS: tuple[Check, ...] = (NO_TOOL_CALLS, STRUCTURAL_UNCLEAR, NO_INFERENCE)
+_CHECK_OF = {c.reason: c for c in STRUCTURAL_CHECKS}
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,7 @@ class StructuralDecision:
         return orjson.dumps(self.evidence).decode()
 
     def rejection(self) -> Rejection | None:
-        return None if self.reason is None else Rejection.of(Reason(self.reason), self.evidence.get("note", ""))
+        return None if self.reason is None else _CHECK_OF[self.reason].reject(self.evidence.get("note", ""))
 
 
 def parse_messages(messages_json: Any) -> Any:
@@ -234,7 +245,7 @@ def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = 
     turns, thinks = _dialogue_facts(messages)
     n_calls = sum(len(t) for t in turns)
     if n_calls == 0:
-        return StructuralDecision("reject", str(Reason.NO_TOOL_CALLS), {"basis": "dialogue", "note": "no tool calls"})
+        return StructuralDecision("reject", NO_TOOL_CALLS.reason, {"basis": "dialogue", "note": "no tool calls"})
     dialect = row.get("dialect")
     if dialect != PRIMARY:
         note = "no proxy log in this dialect; its assistant turns emit the tool calls themselves"
@@ -243,13 +254,13 @@ def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = 
     if steps is None:
         ev = {"basis": "none", "note": "no proxy calls recorded"}
         label = cfg.no_evidence_label
-        return StructuralDecision(label, str(Reason.STRUCTURAL_UNCLEAR) if label == "reject" else None, ev)
+        return StructuralDecision(label, STRUCTURAL_UNCLEAR.reason if label == "reject" else None, ev)
     signals, counts = _proxy_signals(steps, turns, cfg)
     if counts["inference_calls"] == 0 and cfg.no_inference_label == "reject":
         # A decoy: the tools ran, but no model was ever asked anything. Neither agentic data nor
         # material for lifting a sub-task policy.
         ev = {"basis": "proxy", "signals": signals, "counts": counts}
-        return StructuralDecision("reject", str(Reason.NO_INFERENCE), ev)
+        return StructuralDecision("reject", NO_INFERENCE.reason, ev)
     signals.update(_think_signals(thinks, cfg))
     score = sum(signals.values())
     label: Label = "subtask" if score >= cfg.subtask_threshold else "agentic"

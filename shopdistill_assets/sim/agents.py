@@ -59,18 +59,58 @@ class AgentRun:
         return [(c.name, c.parameters) for s in self.steps for c in s.calls]
 
 
-class Actor:
-    """Runs tool calls in the sandbox, keeping the steps an agent took."""
+def calculate_voucher(product_prices: Any, voucher_type: str, discount_value: float, threshold: float,
+                      budget: float, cap: float = 0) -> dict[str, Any]:
+    """ORO's reference agent's calculate_voucher (src/agent/agent.py), a client-side helper: a
+    basket of prices, a fixed or percentage voucher from a threshold, a budget."""
+    try:
+        prices = [float(p) for p in str(product_prices).split(",")]
+    except ValueError:
+        return {"error": "product_prices must be comma-separated numbers"}
+    total = sum(prices)
+    applied = total >= threshold
+    off = 0.0
+    if applied:
+        off = discount_value if voucher_type == "fixed" else total * discount_value / 100
+        off = min(off, cap) if voucher_type != "fixed" and cap > 0 else off
+    return {"prices": prices, "total_before": round(total, 2), "discount_amount": round(off, 2),
+            "total_after": round(total - off, 2), "within_budget": total - off <= budget,
+            "voucher_applied": applied, "budget": budget}
 
-    def __init__(self, sandbox: Sandbox) -> None:
+
+class Actor:
+    """Runs tool calls in the sandbox, keeping the steps an agent took. `calculate_voucher` is
+    ORO's client-side helper, run here with ORO's signature; `budget` is the request's."""
+
+    def __init__(self, sandbox: Sandbox, budget: float | None = None) -> None:
         self.sandbox = sandbox
+        self.budget = budget
         self.steps: list[AgentStep] = []
 
     def act(self, think: str, name: str, **parameters: Any) -> Any:
         parameters = {k: v for k, v in parameters.items() if v is not None}
-        result = self.sandbox.call(name, parameters).content()
+        if name == "calculate_voucher":
+            parameters = self._oro_voucher_arguments(parameters)
+            result: Any = calculate_voucher(**parameters)
+        else:
+            result = self.sandbox.call(name, parameters).content()
         self.steps.append(AgentStep(think, [ToolCall(name, parameters, result)]))
         return result
+
+    def _oro_voucher_arguments(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A basket by ids and a voucher as the problem states it -> ORO's calculate_voucher arguments."""
+        if "product_prices" in args:
+            return args
+        products = [self.sandbox.catalog.get(pid) for pid in str(args.get("product_ids", "")).split(",")]
+        fixed = args.get("discount_type") == "fixed"
+        rate = float(args.get("discount") or 0)
+        out = {"product_prices": ",".join(f"{p['price']:g}" for p in products if p),
+               "voucher_type": "fixed" if fixed else "percentage",
+               "discount_value": float(args.get("face_value") or 0) if fixed else round(rate * 100 if rate < 1 else rate, 4),
+               "threshold": float(args.get("threshold") or 0), "budget": float(self.budget or 0)}
+        if not fixed and args.get("cap"):
+            out["cap"] = float(args["cap"])
+        return out
 
 
 def _head(latent: LatentProblem, i: int) -> tuple[str, str]:
@@ -119,7 +159,7 @@ _TERSE = {"find_product": "Searching.", "recommend_product": "Recommending.", "t
 def run_careful(problem: Problem, sandbox: Sandbox, terse: bool = False) -> AgentRun:
     """A careful agent: the fair procedure (`eval.fair`), deciding from the request and the tool
     results alone, so its successes teach what a model can learn."""
-    actor = Actor(sandbox)
+    actor = Actor(sandbox, (problem.voucher or {}).get("budget"))
     procedure = fair.shop(fair.parse_request(problem.query))
     try:
         action = next(procedure)
@@ -137,7 +177,7 @@ def run_agentic(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: 
     brand and type only and takes one of the top results."""
     if rng.random() < skill:
         return run_careful(problem, sandbox, terse)
-    actor = Actor(sandbox)
+    actor = Actor(sandbox, (problem.voucher or {}).get("budget"))
     picks: list[str] = []
     shop: str | None = None
     for i in range(len(problem.reward)):
@@ -235,7 +275,9 @@ def inject_fault(run: AgentRun, fault: str, rng: random.Random) -> AgentRun:
     elif fault == "think_then_stop":
         steps[-1] = AgentStep("I should now double-check the price before I finish, and then")
     elif fault == "malformed_arguments":
-        steps[0].calls[0].parameters = {**steps[0].calls[0].parameters, "page": rng.choice(["first", -3, 99])}
+        # what the real tool cannot take (a page out of range is not: the server answers no products)
+        bad = rng.choice([{"page": "first"}, {"page": True}, {"colour": "red"}, {"q": ["bag"]}])
+        steps[0].calls[0].parameters = {**steps[0].calls[0].parameters, **bad}
     elif fault == "unknown_tool":
         steps.insert(1, AgentStep("Let me buy it directly.", [ToolCall("buy_now", {"product_id": "1"}, "Error: unknown tool")]))
     run.style, run.fault = "broken", fault

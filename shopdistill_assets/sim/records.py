@@ -3,11 +3,13 @@ or the two other dialects (`shoppingbench.rollout`, `openai.messages`)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import re
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote_plus
 
 import orjson
 
@@ -16,18 +18,18 @@ from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 from shopdistill_assets.sim.agents import AgentRun
 
 SYSTEM_PROMPT = "You are a shopping assistant. Use tools inside <tool_call></tool_call>."
-SEARCH_PATHS = {"find_product": "/search/find_product", "view_product_information": "/search/view_product"}
+SEARCH_PATHS = {"find_product": "/search/find_product", "view_product_information": "/search/view_product_information"}
 POLICY_MODELS = ["deepseek-ai/DeepSeek-V3.2-TEE", "Qwen/Qwen3-235B-A22B-Instruct-TEE", "zai-org/GLM-4.6-TEE"]
 _IDS = re.compile(r"\b\d{6,}\b")
 _COMPARE = re.compile(r"\b(while|but|whereas|instead|cheaper|better|than|does not|do not)\b")
 
 
 def tool_call_id(name: str, parameters: dict[str, Any]) -> str:
-    """8 characters derived from name and parameters, as the agent helper does (so it collides
-    when a call is repeated)."""
-    digest = hashlib.sha256(name.encode() + orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)).digest()
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    return "".join(alphabet[b % 62] for b in digest[:8])
+    """ORO's id (src/agent/agent_interface.py `generate_tool_call_id`): the first 8 characters of
+    the URL-safe base64 MD5 of the name, a newline and the parameters as Python prints them, "="
+    dropped. It collides when a call is repeated, as the real one does."""
+    digest = hashlib.md5(f"{name}\n{parameters}".encode(), usedforsecurity=False).digest()
+    return base64.urlsafe_b64encode(digest).decode().replace("=", "")[:8]
 
 
 def _call_json(run: AgentRun, step_index: int) -> str:
@@ -68,25 +70,35 @@ def judge_gate_tree(run: AgentRun, inference_tokens: list[int]) -> tuple[float, 
     return 0.9, "Gate 5: compares candidates with specific data."
 
 
+def _attempt(call: dict, rng: random.Random) -> dict:
+    """Newer ORO's per-HTTP-try entry logged beside each call's summary (RequestLog.record_attempt)."""
+    return {"kind": "attempt", "method": call["method"], "path": call["path"], "timestamp": call["timestamp"],
+            "attempt": 0, "duration_ms": call["duration_ms"], "status_code": 200}
+
+
 def _inference_call(ts: int, rng: random.Random, content: str, max_tokens: int, extra: dict | None = None) -> dict:
-    call: dict[str, Any] = {
+    """One inference call as ORO's RequestLog writes it: the request body without the prompt, the
+    whole response (an OpenAI chat completion)."""
+    tokens = _completion_tokens(content)
+    return {
         "kind": "summary", "method": "POST", "path": "/inference/chat/completions", "timestamp": ts,
         "duration_ms": rng.randint(600, 3000), "status_code": 200,
         "json_data": {"model": rng.choice(POLICY_MODELS), "temperature": 0.2, "max_tokens": max_tokens, **(extra or {})},
+        "response": {"id": f"chatcmpl-{ts:x}", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": content, "reasoning_content": ""}}],
+            "usage": {"prompt_tokens": 1800, "completion_tokens": tokens, "total_tokens": 1800 + tokens}},
     }
-    if len(content) <= 2000:
-        call["response"] = {"choices": [{"message": {"content": content}}],
-                            "usage": {"completion_tokens": _completion_tokens(content)}}
-    else:
-        call["response_truncated"] = True
-        call["response_length"] = len(content)
+
+
+def _search_call(ts: int, rng: random.Random, name: str, params: dict, result: Any) -> dict:
+    """A catalogue call through the proxy: GET with its query parameters (q URL-encoded, as the
+    agent's find_product sends it), the whole response, and find_product's product-id index."""
+    sent = {k: quote_plus(v) if k == "q" and isinstance(v, str) else v for k, v in params.items()}
+    call = {"kind": "summary", "method": "GET", "path": SEARCH_PATHS[name], "timestamp": ts,
+            "duration_ms": rng.randint(40, 200), "status_code": 200, "params": sent, "response": result}
+    if name == "find_product" and isinstance(result, list):
+        call["result_product_ids"] = _result_ids(result)
     return call
-
-
-def _search_call(ts: int, rng: random.Random, name: str, params: dict, ids: list[str]) -> dict:
-    return {"kind": "summary", "method": "GET", "path": SEARCH_PATHS[name], "params": params, "timestamp": ts,
-            "duration_ms": rng.randint(40, 200), "status_code": 200, "response_truncated": True,
-            "response_length": 400 * max(1, len(ids)), "result_product_ids": ids}
 
 
 def _result_ids(result: Any) -> list[str]:
@@ -120,9 +132,9 @@ def render_dialogue(run: AgentRun, problem: Problem, start_ms: int, rng: random.
     dialogue: list[dict] = []
     if run.style == "subtask":
         proxy: list[dict] = []
-        for params, ids in run.harness_searches:
+        for params, ids in run.harness_searches:  # the harness kept only the ids it saw
             t += rng.randint(60, 250)
-            proxy.append(_search_call(t, rng, "find_product", params, ids))
+            proxy.append(_search_call(t, rng, "find_product", params, [{"product_id": i} for i in ids]))
         for _ in range(run.classify_calls):  # "which index fits best?" -> "2"
             t += rng.randint(300, 900)
             extra = {"response_format": {"type": "json_object"}} if rng.random() < 0.5 else {}
@@ -150,7 +162,9 @@ def render_dialogue(run: AgentRun, problem: Problem, start_ms: int, rng: random.
         for c in step.calls:
             if c.name in SEARCH_PATHS and isinstance(c.parameters, dict):
                 t += rng.randint(50, 300)
-                proxy.append(_search_call(t, rng, c.name, dict(c.parameters), _result_ids(c.result)))
+                proxy.append(_search_call(t, rng, c.name, dict(c.parameters), c.result))
+        if rng.random() < 0.3:  # newer ORO logs each HTTP try too: not calls of their own
+            proxy = [e for c in proxy for e in (_attempt(c, rng), c)]
         t += rng.randint(300, 1200)
         dialogue.append(_step(run, k, problem, t, proxy))
     return dialogue, tokens, t

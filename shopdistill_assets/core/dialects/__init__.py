@@ -1,8 +1,11 @@
 """Dialect readers: one firehose record (a parsed JSON value) -> a canonical trace row.
 
-Three dialects are read (contracts/sn15-firehose.md): the primary `sn15.problem_run/v1`
-(problem_run.py), upstream `shoppingbench.rollout` (rollout.py), and already-canonical
-`openai.messages` (openai_messages.py). Each is detected per record, never per file. A reader
+Five dialects are read (contracts/sn15-firehose.md): the primary `sn15.problem_run/v1`
+(problem_run.py); what ORO writes before the validator's result is joined, the sandbox's
+`oro.sandbox_output` line and the bare per-problem `oro.upload` (oro.py); upstream
+`shoppingbench.rollout` (rollout.py); and already-canonical `openai.messages`
+(openai_messages.py). A sixth, `oro.environment_episode.v1`, is recognized and counted
+under its own reason. Each is detected per record, never per file. A reader
 never raises on hostile input and never trusts a type: whatever the record holds, it returns
 either a canonical row (a plain dict, see `CanonicalTrace`) or a `Rejection`. Readers judge
 only *shape*; whether a well-shaped trace is good training data is for the structural filter
@@ -31,6 +34,9 @@ from .common import (
     MAX_STEPS,
     MAX_TOOL_CALLS,
     OPENAI,
+    ORO_ENVELOPE,
+    ORO_EPISODE,
+    ORO_UPLOAD,
     PRIMARY,
     ROLLOUT,
     SYSTEM_PROMPT,
@@ -42,6 +48,7 @@ from .common import (
     tools_json,
 )
 from .openai_messages import read_openai_messages
+from .oro import is_envelope, is_episode, is_upload, read_envelope, read_episode, read_upload
 from .problem_run import read_problem_run
 from .proxy_evidence import MAX_PROXY_CALLS_KEPT, PROXY_CONTENT_HEAD
 from .rollout import read_rollout
@@ -51,9 +58,9 @@ FAST_PATH = True  # the primary reader's fast step path; tests turn it off to co
 __all__ = [
     "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "FAST_PATH", "MAX_ID_CHARS", "MAX_MESSAGES",
     "MAX_PROXY_CALLS_KEPT", "MAX_QUERY_CHARS", "MAX_STEPS", "MAX_TOOL_CALLS",
-    "OPENAI", "PRIMARY", "PROXY_CONTENT_HEAD", "ROLLOUT", "SYSTEM_PROMPT", "TOOL_SCHEMAS", "CanonicalTrace",
+    "OPENAI", "ORO_ENVELOPE", "ORO_EPISODE", "ORO_UPLOAD", "PRIMARY", "PROXY_CONTENT_HEAD", "ROLLOUT", "SYSTEM_PROMPT", "TOOL_SCHEMAS", "CanonicalTrace",
     "Dialect", "Reader", "Reason", "Rejection", "detect_dialect", "make_trace_id", "parse_updated_at",
-    "read_openai_messages", "read_problem_run", "read_rollout", "reasoning_coef", "record_identity",
+    "read_envelope", "read_openai_messages", "read_problem_run", "read_upload", "read_rollout", "reasoning_coef", "record_identity",
     "split_think", "tools_json",
 ]
 
@@ -78,7 +85,9 @@ def _is_primary(obj: Any) -> bool:
 
 
 def _is_rollout(obj: Any) -> bool:
-    return isinstance(obj, list) and bool(obj) and isinstance(obj[0], dict) and "completion" in obj[0]
+    """Upstream's steps carry the prompt (whose <obs> blocks hold the results); ORO's do not."""
+    return isinstance(obj, list) and bool(obj) and isinstance(obj[0], dict) and "completion" in obj[0] \
+        and "prompt" in obj[0]
 
 
 def _is_openai(obj: Any) -> bool:
@@ -89,7 +98,10 @@ DIALECTS: dict[str, Dialect] = {
     d.name: d
     for d in (
         Dialect(PRIMARY, _is_primary, read_problem_run),
+        Dialect(ORO_ENVELOPE, is_envelope, read_envelope),
+        Dialect(ORO_EPISODE, is_episode, read_episode),
         Dialect(ROLLOUT, _is_rollout, read_rollout),
+        Dialect(ORO_UPLOAD, is_upload, read_upload),
         Dialect(OPENAI, _is_openai, read_openai_messages),
     )
 }
@@ -103,9 +115,15 @@ def detect_dialect(obj: Any) -> str | None:
     return None
 
 
+def _dict_get(v: Any, key: str) -> Any:
+    return v.get(key) if isinstance(v, dict) else None
+
+
 def record_identity(obj: Any) -> dict[str, str | None]:
     """Best-effort ids of a record, even a rejected one, for its ledger row."""
     out: dict[str, str | None] = {"trace_id": None, "eval_run_id": None, "problem_id": None, "miner_hotkey": None}
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):  # an ORO upload names its problem per step
+        obj = {"problem_id": _dict_get(obj[0].get("extra_info"), "problem_id")}
     if isinstance(obj, dict):
         for key in ("eval_run_id", "problem_id", "miner_hotkey"):
             v = obj.get(key)

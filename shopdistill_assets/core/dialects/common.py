@@ -17,6 +17,15 @@ from ..reasons import Reason, Rejection
 PRIMARY = "sn15.problem_run/v1"
 ROLLOUT = "shoppingbench.rollout"
 OPENAI = "openai.messages"
+# What ORO itself writes, before the validator's result is joined to it: the sandbox's
+# output.jsonl line per problem (status, dialogue, timing) and the per-problem upload
+# (subnet/validator/output_split.py: the bare list of steps).
+ORO_ENVELOPE = "oro.sandbox_output"
+ORO_UPLOAD = "oro.upload"
+# ORO's generated-environment episodes: recognized and counted, but they hold no shopping dialogue.
+ORO_EPISODE = "oro.environment_episode.v1"
+# The run outcomes ORO records (oro_sdk ProblemStatus); only SUCCESS is a finished run.
+FINISHED_STATUS = "SUCCESS"
 
 # Fixed system prompt of primary-dialect traces: the record does not carry the agent's own
 # prompt, and one shared prompt lets the student learn the tools, not a miner's wording. The
@@ -31,8 +40,8 @@ attributes such as color, size or capacity, services such as official, freeShipp
 flashsale, and any same-shop, budget or voucher conditions).
 2. Search with find_product. Short keyword queries work best; narrow with the price, sort, \
 service and shop_id filters; results come 10 to a page, up to page 5.
-3. Check promising candidates with view_product_information (attributes, sku options, price, \
-shop) and compare them before deciding.
+3. Check promising candidates with view_product_information (descriptions, attributes and sku \
+options; price and shop come from the search results) and compare them before deciding.
 4. For budgets and vouchers, compute basket totals with calculate_voucher or python_execute and \
 make sure the total fits the budget, directly or after the voucher.
 5. When the user asks for several products, recommend them in the order the request lists \
@@ -44,9 +53,11 @@ Ground every decision in tool results: cite the product ids, prices and attribut
 never invent a product id. Act only through tool calls."""
 
 _TOOL_JSON: dict[str, str] = {name: orjson.dumps(s).decode() for name, s in TOOL_SCHEMAS.items()}
-# Tools whose calls go to the validator's proxy as /search/<tool> (the structural evidence).
+# Tools whose calls go to the validator's proxy as /search/* (the structural evidence): the two
+# catalogue tools and ORO's helpers built on them (check_product_match views one product,
+# find_products_in_same_shop searches shop by shop). calculate_voucher runs in the agent itself.
 CATALOGUE_TOOLS = frozenset(
-    {"find_product", "view_product_information", "check_product_match", "find_products_in_same_shop", "calculate_voucher"}
+    {"find_product", "view_product_information", "check_product_match", "find_products_in_same_shop"}
 )
 
 
@@ -140,6 +151,15 @@ def _bad_type(path: str, v: Any) -> Rejection:
 
 def _over_limit(what: str, n: int, limit: int) -> Rejection:
     return Rejection.of(Reason.OVER_LIMIT, f"{what} {n} > {limit}")
+
+
+def failed_run(status: Any, dialogue: Any) -> Rejection | None:
+    """`failed_run` for a run ORO did not finish (FAILED, TIMED_OUT, SKIPPED, PENDING, RUNNING),
+    whatever its dialogue holds: the validator scores it 0 and never judges it."""
+    if status is None or status == FINISHED_STATUS:
+        return None
+    steps = len(dialogue) if isinstance(dialogue, list) else 0
+    return Rejection.of(Reason.FAILED_RUN, f"status={str(status)[:40]}, {steps} steps")
 
 
 def _query_over_limit(query: str) -> Rejection | None:

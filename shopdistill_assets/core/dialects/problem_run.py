@@ -27,6 +27,7 @@ from .common import (
     _query_over_limit,
     _str,
     _violation,
+    failed_run,
     make_trace_id,
 )
 from .dialogue import _Dialogue, _row, _step_parts, _tool_call, _Where
@@ -163,6 +164,8 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
     dialogue = obj.get("dialogue")
     if dialogue is not None and not isinstance(dialogue, list):
         return _bad_type("dialogue", dialogue)
+    if failed := failed_run(obj.get("status"), dialogue):
+        return failed
     if not dialogue:
         return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={_str(obj.get('status'))!s}, no steps")
     if len(dialogue) > MAX_STEPS:
@@ -172,6 +175,21 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
         return Rejection.of(Reason.MISSING_QUERY, "problem.query and dialogue[0].extra_info.query are empty")
     if too_long := _query_over_limit(query):
         return too_long
+    steps = read_steps(dialogue, query)
+    if isinstance(steps, Rejection):
+        return steps
+    convo, evidence = steps
+    return _row(
+        PRIMARY, convo, ids, obj, problem, query, day, source_file, source_line,
+        trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
+        proxy_evidence=evidence.as_object(), parsed=parsed,
+    )
+
+
+def read_steps(dialogue: list, query: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
+    """ORO's steps (results riding on each call, proxy calls in extra_info) -> the dialogue and
+    its proxy evidence. Shared by every ORO shape: the joined record, the sandbox envelope and
+    the bare upload carry the same steps."""
     convo = _Dialogue(SYSTEM_PROMPT, query)
     evidence = _ProxyEvidence()
     fast = _fast_path_on()
@@ -186,8 +204,4 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
                 return bad
         extra = step.get("extra_info")
         evidence.add_step(extra if type(extra) is dict else {})
-    return _row(
-        PRIMARY, convo, ids, obj, problem, query, day, source_file, source_line,
-        trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
-        proxy_evidence=evidence.as_object(), parsed=parsed,
-    )
+    return convo, evidence

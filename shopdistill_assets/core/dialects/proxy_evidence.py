@@ -3,6 +3,12 @@
 The dialogue's content is rebuilt by the agent helper, so the structural filter judges the
 primary dialect mainly on this log (the `proxy_evidence` column); see structural.py.
 
+Newer ORO logs (src/agent/proxy_client.py after a6b1cf3) are read the same way: `kind:
+"attempt"` entries (one per HTTP try, beside the call's `summary`) are not calls and are
+skipped; catalogue calls dispatched as POSTs without `params` are /search/ calls by their path;
+inference requests carrying the prompt (`messages`) and whole responses change nothing here
+(only a head of the completion is kept).
+
 Hot path (a few calls a step, every step of every primary trace): plain dict lookups and
 exact-type tests only, and a cache of what each distinct path means, since a day's calls go
 to a handful of paths.
@@ -29,6 +35,7 @@ _PATH_KINDS: dict[str, str | None] = {}
 _PATH_KINDS_MAX = 4096
 _INFERENCE = "inference"  # compared by identity: a kept search path always starts "/search/"
 _UNSEEN = object()
+_SUMMARY = "summary"  # RequestLog's one entry per call; newer ORO adds `attempt` entries per HTTP try
 
 
 def _path_kind(path: str) -> str | None:
@@ -101,11 +108,14 @@ class _ProxyEvidence:
         if type(calls) is list and calls:
             room = MAX_PROXY_CALLS_KEPT - self.kept
             over = len(calls) - room
-            bad = 0
+            bad = attempts = 0
             for call in calls if over <= 0 else calls[:room]:
                 path = call.get("path") if type(call) is dict else None
                 if type(path) is not str:
                     bad += 1
+                    continue
+                if call.get("kind", _SUMMARY) != _SUMMARY:
+                    attempts += 1  # one HTTP try of a call whose summary is logged too: not a call
                     continue
                 kind = _PATH_KINDS.get(path, _UNSEEN)
                 if kind is _UNSEEN:
@@ -116,7 +126,7 @@ class _ProxyEvidence:
                     other += 1
                 else:
                     search.append(kind)
-            self.kept += (room if over > 0 else len(calls)) - bad
+            self.kept += (room if over > 0 else len(calls)) - bad - attempts
             self.dropped += bad + over if over > 0 else bad
         ts = extra.get("timestamp")
         self.steps.append({"ts": ts if type(ts) is int else None, "inference": inference, "search": search, "other": other})
