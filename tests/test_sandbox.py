@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import pytest
 
 from shopdistill_assets.sandbox import Catalog, Problem, Sandbox, score_recommendation, score_trace_calls
@@ -175,3 +178,95 @@ def test_real_shoppingbench_rewards_load(shared_dir):
     assert counts == {"product": 250, "shop": 250, "voucher": 250}
     voucher = load_suite(shared_dir / "data/shoppingbench/synthesize_voucher_test.jsonl")
     assert all(p.category == "Voucher" and p.voucher for p in voucher)
+
+
+# ---- scoring as ORO does (issue 18, section 4) ----------------------------------------------
+
+def test_product_ids_as_a_list_or_a_number_recommend_nothing(catalog):
+    problem = product_problem()
+    for value in (["100"], 100, None, {"id": "100"}):
+        r = score_trace_calls(problem, [("recommend_product", {"product_ids": value})], catalog)
+        assert not r.success and r.recommended_ids == [] and r.reason == "product_ids_not_text", value
+    assert score_trace_calls(problem, [("recommend_product", {"product_ids": "100"})], catalog).success
+
+
+def test_a_last_recommendation_without_object_arguments_is_skipped(catalog):
+    problem = product_problem()
+    good = ("recommend_product", {"product_ids": "100"})
+    for junk in ("200", ["200"], None, 200):
+        r = score_trace_calls(problem, [good, ("recommend_product", junk)], catalog)
+        assert r.success and r.recommended_ids == ["100"], junk  # the earlier one stands
+    assert score_trace_calls(problem, [("recommend_product", "100")], catalog).reason == "no_recommendation"
+    # an object without product_ids does count, and recommends nothing
+    assert not score_trace_calls(problem, [good, ("recommend_product", {})], catalog).success
+
+
+def test_category_is_compared_lower_cased(catalog):
+    reward = [{"product_id": "100", "title": ["hosport waist bag"]}, {"product_id": "201", "title": ["running waist pouch"]}]
+    for cat in ("Shop", "shop", "SHOP"):
+        problem = Problem.from_dict({"query": "q", "category": cat, "reward": reward})
+        r = score_recommendation(problem, ["100", "200"], catalog)
+        assert (r.success, r.reason, r.components["shop"]) == (False, "not_one_shop", 0), cat
+    v = {"voucher_type": "platform", "threshold": 600, "discount_type": "fixed", "face_value": 50, "budget": 610}
+    problem = Problem.from_dict({"query": "q", "category": "voucher", "reward": reward, "voucher": v})
+    assert score_recommendation(problem, ["100", "201"], catalog).reason == "over_budget"  # 674 - 50 > 610
+
+
+def test_unknown_category_is_a_clear_failure(catalog):
+    problem = Problem.from_dict({"query": "q", "category": "Bundle", "reward": {"product_id": "100"}})
+    r = score_recommendation(problem, ["100"], catalog)
+    assert (r.success, r.reason) == (False, "unsupported_category")
+
+
+def test_budget_and_price_bounds_are_exact(catalog):
+    # 459 + 210 = 669: a budget of 669 fits, 668.99 does not (ORO compares without tolerance)
+    v = {"voucher_type": "platform", "threshold": 10_000, "discount_type": "fixed", "face_value": 50, "budget": 669}
+    assert score_recommendation(voucher_problem(v), ["100", "200"], catalog).success
+    assert not score_recommendation(voucher_problem({**v, "budget": 668.99}), ["100", "200"], catalog).success
+    item = score_recommendation(product_problem(price=[{"less than": [None, 469.9999999]}]), ["101"], catalog).items[0]
+    assert not item.passed
+    broken = {**v, "budget": 600, "threshold": 100, "discount_type": "percentage", "discount": 0.5, "cap": None}
+    assert score_recommendation(voucher_problem(broken), ["100", "200"], catalog).reason == "over_budget"
+
+
+WEB_REWARD = {"product_id": "300", "title": "Philips electric kettle 1.7l stainless", "description": "",
+              "price": 1099.0, "shop_id": "s3"}
+
+
+def web_problem(key_attribute="stainless") -> Problem:
+    return Problem.from_dict({"query": "Which metal ...? I want a kettle of it.", "Knowledge_Attribute": key_attribute,
+                              "reward": WEB_REWARD})
+
+
+def test_web_problems_get_shoppingbench_rule(catalog):
+    problem = web_problem()
+    assert problem.category == "Web" and problem.key_attribute == "stainless"
+    exact = score_recommendation(problem, ["300"], catalog)
+    assert exact.success and exact.components == {"gt": 1, "rule": 1.0, "kw": 1, "title": 1}
+    alike = score_recommendation(problem, ["301"], catalog)  # same title, carries the attribute
+    assert alike.success and alike.gt == 0.0
+    other = score_recommendation(problem, ["100"], catalog)  # a title is never split into characters
+    assert not other.success and other.items[0].failed_rules == ["key_attribute", "title"]
+    assert not score_recommendation(web_problem("copper"), ["301"], catalog).success
+    assert Problem.from_dict(problem.to_dict()) == problem
+
+
+def test_suites_split_lines_on_newline_only(tmp_path):
+    from shopdistill_assets.sandbox import load_suite
+
+    path = tmp_path / "synthesize_web_simpleqa_test.jsonl"
+    rows = [{"query": "a\u0085b\u2028c", "Knowledge_Attribute": "x", "reward": WEB_REWARD},
+            {"query": "second", "Knowledge_Attribute": "y", "reward": WEB_REWARD}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    problems = load_suite(path)
+    assert [p.query for p in problems] == ["a\u0085b\u2028c", "second"] and {p.category for p in problems} == {"Web"}
+
+
+def test_the_real_shoppingbench_folder_loads(shared_dir):
+    from shopdistill_assets.heldout import load_problems
+
+    problems = load_problems(shared_dir / "data/shoppingbench")
+    assert Counter(p.category for p in problems) == {"Product": 250, "Shop": 250, "Voucher": 250, "Web": 150}
+    web = [p for p in problems if p.category == "Web"]
+    assert all(p.key_attribute and isinstance(p.reward[0]["title"], str) for p in web)
+    assert sum("\u0085" in json.dumps(p.to_dict(), ensure_ascii=False) for p in web) >= 1  # the line that broke it
