@@ -135,23 +135,75 @@ def test_shop_voucher_across_two_shops(catalog):
     assert voucher_total([459.0, 210.0], ["s1", "s2"], v) is None
 
 
-def test_tools_argument_rules(catalog):
+def ids(result):
+    return [r["product_id"] for r in result.result]
+
+
+def test_find_product_reads_arguments_as_the_server_does(catalog):
     box = Sandbox(catalog)
     ok = box.call("find_product", {"q": "waist bag", "page": 1})
-    assert ok.ok and {r["product_id"] for r in ok.result} == {"100", "101", "200", "201"}
-    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "sort": "priceasc"}).result] == ["200", "201", "100", "101"]
-    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": "1", "price": "300-460"}).result] == ["100"]
-    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "service": "freeShipping,COD"}).result] == ["100"]
-    assert [r["product_id"] for r in box.call("find_product", {"q": "waist", "page": 1, "shop_id": "s2"}).result] == ["200"]
+    assert ok.ok and set(ids(ok)) == {"100", "101", "200", "201"}
+    assert list(ok.result[0]) == ["product_id", "shop_id", "title", "price", "service", "sold_count"]
+    assert ids(box.call("find_product", {"q": "waist", "sort": "priceasc"})) == ["200", "201", "100", "101"]  # page 1 by default
+    assert ids(box.call("find_product", {"q": "waist", "page": "1", "price": "300-460"})) == ["100"]
+    assert ids(box.call("find_product", {"q": "waist", "service": "freeShipping,COD"})) == ["100"]
+    assert set(ids(box.call("find_product", {"q": "waist", "service": "freeShipping, COD"}))) == {"100", "200"}  # " COD" is no service
+    assert ids(box.call("find_product", {"q": "waist", "service": "COD,default"})) == ids(box.call("find_product", {"q": "waist", "service": "COD"}))
+    assert ids(box.call("find_product", {"q": "waist", "shop_id": "s2"})) == ["200"]
+    assert ids(box.call("find_product", {"q": "kettle", "shop_id": 3})) == []  # a number is sent as text: "3" is not "s3"
     assert box.call("find_product", {"q": "waist", "page": 2}).result == []
-    for bad in ({"q": "x", "page": 6}, {"q": "", "page": 1}, {"q": "x", "page": True}, {"q": "x", "page": 1, "price": "cheap"},
-                {"q": "x", "page": 1, "sort": "random"}, {"q": "x", "page": 1, "service": "teleport"}, {"q": "x", "page": 1, "price": "9-1"}):
-        assert not box.call("find_product", bad).ok, bad
+    everything = set(ids(ok))
+    for lenient in ({"price": "cheap"}, {"price": "abc-500x"}, {"sort": "random"}, {"service": "teleport"}, {"sort": "default"},
+                    {"price": "1-2-3"}, {"shop_id": ""}):
+        assert set(ids(box.call("find_product", {"q": "waist bag", **lenient}))) == everything, lenient
+    for no_products in ({"page": 6}, {"page": 0}, {"page": True}, {"page": 1.0}, {"page": None}, {"page": " 1"}, {"page": "²"}):
+        assert box.call("find_product", {"q": "waist", **no_products}).result == [], no_products
+    assert box.call("find_product", {"q": "  "}).result == [] and ids(box.call("find_product", {"q": "waist", "page": [1, 3]}))
+    for error in ({}, {"q": 7}, {"q": ["waist"]}, {"q": "waist", "color": "red"}):
+        assert not box.call("find_product", error).ok, error
     assert not box.call("rm_rf", {}).ok and not box.call("find_product", ["q"]).ok
-    view = box.call("view_product_information", {"product_ids": "300,nope"}).result
-    assert view[0]["sku_options"]["2"] == {"color": "black", "plug": "us"} and view[1]["error"] == "product not found"
+
+
+def test_find_product_sorts_the_best_fifty_by_relevance():
+    """The server keeps the 50 most relevant products that pass the filters, then sorts them:
+    a cheap but barely relevant product never comes first under priceasc."""
+    products = [_p(str(i), "s", "red kettle " + "steel " * (i % 3) + f"model{i}", 100.0 + i) for i in range(60)]
+    products.append(_p("cheap", "s", "red kettle " + "filler words " * 40, 1.0))  # long title: least relevant
+    box = Sandbox(Catalog.from_products(products))
+    pages = [ids(box.call("find_product", {"q": "red kettle", "page": n, "sort": "priceasc"})) for n in range(1, 7)]
+    seen = [pid for page in pages for pid in page]
+    assert len(seen) == 50 and "cheap" not in seen and pages[5] == []
+    assert [float(box.catalog.products[pid]["price"]) for pid in seen] == sorted(box.catalog.products[pid]["price"] for pid in seen)
+
+
+def test_view_product_information_returns_the_real_fields(catalog):
+    box = Sandbox(catalog)
+    view = box.call("view_product_information", {"product_ids": "300,nope,100"}).result
+    assert [v["product_id"] for v in view] == ["300", "100"]  # unknown ids are skipped
+    assert list(view[0]) == ["product_id", "short_description", "description", "sku_options", "attributes"]
+    assert view[0]["sku_options"]["2"] == {"color": "black", "plug": "us"}
+    assert box.call("view_product_information", {"product_ids": "300, 100"}).result[1:] == []  # " 100" is no id
+    assert [v["product_id"] for v in box.call("view_product_information", {"product_ids": 300}).result] == ["300"]
+    assert box.call("view_product_information", {"product_ids": ""}).result == []
+    assert not box.call("view_product_information", {}).ok and not box.call("view_product_information", {"ids": "300"}).ok
+
+
+def test_recommend_terminate_and_voucher_answers(catalog):
+    box = Sandbox(catalog)
+    assert box.call("recommend_product", {"product_ids": "100,200"}).result == "Having recommended the products to the user: 100,200."
+    assert not box.call("recommend_product", {}).ok
+    assert box.call("terminate", {}).result == "The interaction has been completed with status: success"
     assert box.call("calculate_voucher", {"product_ids": "100,200", "threshold": 600, "discount_type": "fixed", "face_value": 50}).result == {
         "subtotal": 669.0, "voucher_applies": True, "total_after_voucher": 619.0}
+    # the reference agent's signature: prices as text, the percentage in percent, capped
+    ref = box.call("calculate_voucher", {"product_prices": "459, 210", "voucher_type": "percentage", "discount_value": 20,
+                                         "threshold": 600, "budget": 600, "cap": 100}).result
+    assert ref == {"prices": [459.0, 210.0], "total_before": 669.0, "discount_amount": 100.0, "total_after": 569.0,
+                   "within_budget": True, "voucher_applied": True, "budget": 600}
+    assert "error" in box.call("calculate_voucher", {"product_prices": "459,x", "voucher_type": "fixed", "discount_value": 5,
+                                                     "threshold": 1, "budget": 1}).result
+    assert not box.call("calculate_voucher", {"product_prices": "459", "voucher_type": "fixed", "discount_value": "5",
+                                              "threshold": 1, "budget": 1}).ok
     assert box.call("python_execute", {"code": "459 + 210 - 50"}).result == "619"
 
 
