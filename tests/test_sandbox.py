@@ -322,3 +322,13 @@ def test_the_real_shoppingbench_folder_loads(shared_dir):
     web = [p for p in problems if p.category == "Web"]
     assert all(p.key_attribute and isinstance(p.reward[0]["title"], str) for p in web)
     assert sum("\u0085" in json.dumps(p.to_dict(), ensure_ascii=False) for p in web) >= 1  # the line that broke it
+
+
+def test_web_problems_survive_the_held_out_rows(catalog):
+    """The held-out set stores a problem as its reward: the key attribute rides on the reward item."""
+    from shopdistill_assets.heldout import problems_to_rows, rows_to_problems
+
+    again = rows_to_problems(problems_to_rows([web_problem()]))[0]
+    assert (again.category, again.key_attribute, again.reward) == ("Web", "stainless", web_problem().reward)
+    assert score_recommendation(again, ["301"], catalog).success
+    assert not score_recommendation(rows_to_problems(problems_to_rows([web_problem("copper")]))[0], ["301"], catalog).success

@@ -51,9 +51,12 @@ class Problem:
         if not items:
             raise ValueError(f"problem without reward items: {query[:80]!r}")
         voucher = raw.get("voucher") if isinstance(raw.get("voucher"), dict) else None
-        key_attribute = raw.get("Knowledge_Attribute")
-        if key_attribute is not None and not raw.get("category"):
-            category = WEB
+        key_attribute = raw.get("Knowledge_Attribute", items[0].get("key_attribute"))
+        if key_attribute is not None:
+            # kept on the reward item too (as ShoppingBench's web scoring does), so a problem
+            # stored as its reward (the held-out rows) keeps it
+            items = ({**items[0], "key_attribute": str(key_attribute)}, *items[1:])
+            category = category if raw.get("category") else WEB
         cat = raw.get("category") or category or _infer_category(reward, voucher)
         return cls(
             query=query,

@@ -293,7 +293,7 @@ def score_web(problem: Problem, ids: list[str], catalog: Catalog, similarity: Ti
     expected = problem.reward[0]
     expected_id = str(expected.get("product_id", ""))
     product = catalog.get(ids[0])
-    kw = problem.key_attribute.lower()
+    kw = str(expected.get("key_attribute") or problem.key_attribute).lower()
     if product is None:
         kw_hit = title_hit = 0
     elif product["product_id"] == expected_id:
