@@ -153,15 +153,22 @@ def test_transcript_warns_when_no_inference_and_handles_junk():
     assert dialogue_transcript(junk).startswith("QUERY: ")
 
 
-def test_transcript_of_a_real_oro_record(shared_dir: Path):
-    """A conformance record built by ORO's reference agent: its proxy log gathered from every step."""
-    record = json.loads((shared_dir / "conformance/records/oro_problem_run.jsonl").read_text().split("\n")[0])
-    text = dialogue_transcript(record["dialogue"])
-    n_calls = sum(len(step["extra_info"].get("proxy_calls") or []) for step in record["dialogue"])
-    assert text.startswith(f"QUERY: {record['dialogue'][0]['extra_info']['query']}")
-    assert n_calls and sum(line.startswith("  ") and " -> " in line for line in text.split("\n")) == min(n_calls, 30)
-    assert text.count("--- Step ") == len(record["dialogue"])
-    assert not any(step["completion"]["content"][:60] in text for step in record["dialogue"])
+def test_transcript_of_real_oro_records(shared_dir: Path):
+    """Conformance records built by ORO's reference agent (joined runs and bare upload arrays):
+    the proxy log is gathered from every step, and no content is shown."""
+    folder = shared_dir / "conformance/records"
+    runs = [json.loads(line) for line in (folder / "oro_problem_run.jsonl").read_text().split("\n") if line.strip()]
+    uploads = [json.loads(line) for line in (folder / "oro_upload.jsonl").read_text().split("\n") if line.strip()]
+    dialogues = [r["dialogue"] for r in runs if r["dialogue"]] + [u for u in uploads if u]
+    assert len(dialogues) >= 30
+    for dialogue in dialogues:
+        text = dialogue_transcript(dialogue)
+        n_calls = sum(len((step.get("extra_info") or {}).get("proxy_calls") or []) for step in dialogue)
+        assert text.startswith(f"QUERY: {dialogue[0]['extra_info']['query']}")
+        assert sum(line.startswith("  ") and " -> " in line for line in text.split("\n")) == min(n_calls, 30)
+        assert text.count("--- Step ") == len(dialogue)
+        assert not any(step["completion"]["content"][:60] in text for step in dialogue if step["completion"]["content"])
+    assert dialogue_transcript([]) == ""  # a FAILED run uploads []
 
 
 # ---- reading the answer; the coefficient -------------------------------------------------------
