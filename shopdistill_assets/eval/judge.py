@@ -118,7 +118,8 @@ def proxy_summary(calls: Sequence[dict[str, Any]]) -> str:
             tokens += int(_number(completion_tokens(call)))
     lines = ["PROXY LOG (recorded by the harness):",
              f"Summary: {counts['search']} search, {counts['view']} product views, {counts['inference']} inference"
-             f"{f', {tokens} completion tokens' if tokens else ''}, {counts['failed']} failed, {total_ms / 1000:.1f}s total",
+             f"{f', {tokens} completion tokens' if tokens else ''}, {counts['failed']} failed, "
+             f"{total_ms / 1000:.1f}s total",
              "", "Calls in order:", *(proxy_call_line(c) for c in calls[:MAX_CALLS_SHOWN])]
     if len(calls) > MAX_CALLS_SHOWN:
         lines.append(f"  ... {len(calls) - MAX_CALLS_SHOWN} more calls")
@@ -159,8 +160,8 @@ def dialogue_transcript(dialogue: Any) -> str:
     for step in steps:
         message = _as_dict(_as_dict(step.get("completion")).get("message"))
         tool_calls = [c for c in message.get("tool_call") or [] if isinstance(c, dict)]
-        judged.append(JudgedStep(str(message.get("think") or ""),
-                                 [(str(c.get("name", "")), c.get("parameters", {}), c.get("result", "")) for c in tool_calls]))
+        shown = [(str(c.get("name", "")), c.get("parameters", {}), c.get("result", "")) for c in tool_calls]
+        judged.append(JudgedStep(str(message.get("think") or ""), shown))
     return judge_transcript(str(_as_dict(steps[0].get("extra_info")).get("query", "")), judged, calls)
 
 
@@ -190,7 +191,8 @@ def _proxy_entry(name: str, params: Any, result: Any) -> dict[str, Any]:
             args["q"] = quote_plus(args["q"])  # the reference tool encodes q before the proxy does
     entry = {"method": "GET", "path": SEARCH_PATHS[name], "params": args, "status_code": 200, "duration_ms": 0.0}
     if name == "find_product" and isinstance(result, list):
-        entry["result_product_ids"] = [str(r["product_id"]) for r in result if isinstance(r, dict) and "product_id" in r]
+        entry["result_product_ids"] = [str(r["product_id"]) for r in result
+                                       if isinstance(r, dict) and "product_id" in r]
     return entry
 
 
@@ -283,7 +285,8 @@ class ReasoningJudge:
     over `model` (one name or several, tried in order)."""
 
     def __init__(self, client: Any, model: str | Sequence[str], *, max_tokens: int = MAX_TOKENS,
-                 timeout_s: float = REQUEST_TIMEOUT_S, attempts: int = MAX_ATTEMPTS, backoff_s: float = BACKOFF_S) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S, attempts: int = MAX_ATTEMPTS,
+                 backoff_s: float = BACKOFF_S) -> None:
         self.client = client
         self.models = [model] if isinstance(model, str) else list(model)
         if not self.models:

@@ -293,20 +293,20 @@ def score_web(problem: Problem, ids: list[str], catalog: Catalog, similarity: Ti
     expected = problem.reward[0]
     expected_id = str(expected.get("product_id", ""))
     product = catalog.get(ids[0])
+    exact = product is not None and product["product_id"] == expected_id
     kw = str(expected.get("key_attribute") or problem.key_attribute).lower()
-    if product is None:
-        kw_hit = title_hit = 0
-    elif product["product_id"] == expected_id:
-        kw_hit = title_hit = 1
-    else:
+    kw_hit = title_hit = int(exact)
+    if product is not None and not exact:
         kw_hit = int(bool(kw) and (kw in product["title"].lower() or kw in product["description"].lower()))
-        title_hit = int(similarity.similarity(product["title"], str(expected.get("title") or "")) >= WEB_TITLE_THRESHOLD)
+        closeness = similarity.similarity(product["title"], str(expected.get("title") or ""))
+        title_hit = int(closeness >= WEB_TITLE_THRESHOLD)
     rule = (kw_hit + title_hit) / 2
     gt = int(bool(expected_id) and expected_id in ids[0])  # ShoppingBench tests a substring
-    comp = {"gt": gt, "rule": rule, "kw": kw_hit, "title": title_hit}
-    item = ItemCheck(ids[0] if product else None, expected_id, product is not None and product["product_id"] == expected_id,
-                     kw_hit + title_hit, 2, rule >= 1, [n for n, h in (("key_attribute", kw_hit), ("title", title_hit)) if not h])
-    return ScoreResult(rule >= 1, float(comp["gt"]), rule, ids, [item], "ok" if rule >= 1 else "item_mismatch", comp)
+    failed = [name for name, hit in (("key_attribute", kw_hit), ("title", title_hit)) if not hit]
+    item = ItemCheck(product["product_id"] if product else None, expected_id, exact, kw_hit + title_hit, 2,
+                     rule >= 1, failed)
+    return ScoreResult(rule >= 1, float(gt), rule, ids, [item], "ok" if rule >= 1 else "item_mismatch",
+                       {"gt": gt, "rule": rule, "kw": kw_hit, "title": title_hit})
 
 
 def score_trace_calls(
