@@ -162,6 +162,11 @@ def test_find_product_reads_arguments_as_the_server_does(catalog):
     for error in ({}, {"q": 7}, {"q": ["waist"]}, {"q": "waist", "color": "red"}):
         assert not box.call("find_product", error).ok, error
     assert not box.call("rm_rf", {}).ok and not box.call("find_product", ["q"]).ok
+    # a list sends its first element as the query parameter; a numeric shop id is its text
+    assert ids(box.call("find_product", {"q": "waist", "service": ["COD", "official"]})) == ids(
+        box.call("find_product", {"q": "waist", "service": "COD"}))
+    shops = Sandbox(Catalog.from_products([_p("1", "4908479", "red kettle", 10.0), _p("2", "77", "red kettle", 9.0)]))
+    assert ids(shops.call("find_product", {"q": "kettle", "shop_id": 4908479})) == ["1"]
 
 
 def test_find_product_sorts_the_best_fifty_by_relevance():
