@@ -29,6 +29,7 @@ from dagster import (
 from pydantic import Field
 
 from resources.lake import LakeResource
+from shopdistill_assets.eval.judge import build_judge
 from shopdistill_assets.eval.metrics import metrics_table, plot_asr
 from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
 from shopdistill_assets.heldout import HELDOUT_ASSET, newest_heldout_version, rows_to_problems
@@ -53,6 +54,8 @@ class EvalConfig(Config):
     limit: int | None = Field(None, description="evaluate only the first N problems")
     max_new_tokens: int = Field(512, description="checkpoints: tokens per model turn")
     batch_size: int = Field(1, description="checkpoints: concurrent turns decoded together (1: one at a time)")
+    judge_endpoint: str | None = Field(None, description="OpenAI-compatible reasoning judge (none: episodes unjudged)")
+    judge_model: str = Field("judge", description="judge model names, comma-separated, tried in turn")
 
 
 @contextmanager
@@ -106,7 +109,7 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
                         request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
                         tool_timeout_s=config.tool_timeout_s)
     with policy_endpoint(spec, problems, catalog, config.max_new_tokens, config.batch_size) as (url, model):
-        result = evaluate(url, model, problems, catalog, cfg)
+        result = evaluate(url, model, problems, catalog, cfg, judge=build_judge(config.judge_endpoint, config.judge_model))
     summary = result.summary()
     rows = pl.DataFrame([{**ep.to_canonical_row(result.eval_run_id, i + 1), "success": ep.success,
                           "failure_reason": ep.failure_reason, "sample": ep.sample}
@@ -121,7 +124,8 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
         **{f"pass_at_{k}": v for k, v in summary["pass_at_k"].items()},
         **{f"asr/{cat}": v.get("asr") for cat, v in summary["by_category"].items() if isinstance(v, dict)},
         "problems": len(problems), "episodes": len(result.episodes), "heldout_version": version,
-        **{k: v for k, v in (("format_valid_rate", summary["format_valid_rate"]),
+        **{k: v for k, v in (("format_valid_rate", summary["format_valid_rate"]), ("reasoning_q", summary["reasoning_q"]),
+                             ("final_score", summary["final_score"]),
                              ("search_words_from_request", summary["search_grounding"]["word_share"])) if v is not None},
         "table": MetadataValue.md(metrics_table({spec.name: result})),
         "errors": MetadataValue.json(summary["errors"]), "plot": MetadataValue.path(str(plot)),

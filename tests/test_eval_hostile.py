@@ -133,6 +133,10 @@ HOSTILE_CALLS = {
     "call-not-dict": ["find_product", 7, None],
 }
 
+# ORO's search server reads these as query text and answers no products, not an error: a page
+# that is not 1-5 ("999…", "inf"), ids that name no product ("[1, [2]]").
+SERVER_ANSWERS_NO_PRODUCTS = ("huge-int", "inf-page", "ids-nested")
+
 
 class HostilePolicy:
     """First turn: the hostile tool calls named by the query; later turns: the oracle's answer."""
@@ -172,16 +176,17 @@ def test_hostile_tool_calls_end_as_tool_errors_or_scored_failures(world):
     for mode, ep in by_mode.items():
         tool_errors = [m["content"] for m in ep.messages if m["role"] == "tool" and "Error" in m["content"]]
         assert ep.failure_reason in (None, "unknown_tool", "bad_tool_json", "no_tool_call"), (mode, ep.failure_reason)
-        assert ep.failure_reason or tool_errors, mode
+        assert ep.failure_reason or tool_errors or mode in SERVER_ANSWERS_NO_PRODUCTS, mode
         assert ep.error is None or "internal" not in ep.error, (mode, ep.error)
     assert {m: by_mode[m].failure_reason for m in ("dict-name", "list-name", "null-name", "number-name")} == dict.fromkeys(
         ("dict-name", "list-name", "null-name", "number-name"), "unknown_tool")
     assert by_mode["deep-args"].failure_reason == by_mode["too-huge-int"].failure_reason == "bad_tool_json"
-    for mode in ("huge-int", "inf-page", "py-type-error", "py-round", "py-repeat", "py-not-code", "ids-nested",
-                 "voucher-nan", "object-args"):
+    for mode in ("py-type-error", "py-round", "py-repeat", "py-not-code", "voucher-nan", "object-args",
+                 *SERVER_ANSWERS_NO_PRODUCTS):
         ep = by_mode[mode]
         first_result = next(m["content"] for m in ep.messages if m["role"] == "tool")
-        assert first_result.startswith('"Error: '), (mode, first_result)
+        expected = "[]" if mode in SERVER_ANSWERS_NO_PRODUCTS else '"Error: '
+        assert first_result.startswith(expected), (mode, first_result)
         assert ep.success, (mode, ep.failure_reason)  # the episode went on and the oracle answered
     summary = json.loads(json.dumps(result.summary()))
     assert summary["errors"]["episodes"] == len(HOSTILE_CALLS)

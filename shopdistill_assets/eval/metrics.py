@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shopdistill_assets.eval.judge import reasoning_coefficient as oro_coefficient
+
 CATEGORIES = ("Product", "Shop", "Voucher")
 K_VALUES = (1, 2, 4, 8)
 
@@ -30,8 +32,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def reasoning_coefficient(q: float) -> float:
-    """The validator's coefficient on a judge score q: 1.0 if q >= 0.8 else 0.3 + 0.875 q."""
-    return 1.0 if q >= 0.8 else 0.3 + 0.875 * q
+    """The validator's coefficient on a judge score q: 1.0 if q >= 0.8 else 0.3 + 0.875 q (ORO's,
+    clamped and rounded as it does; it lives with the judge)."""
+    return oro_coefficient(q)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -133,7 +136,7 @@ def compute_metrics(episodes: Sequence[Any], ks: Sequence[int] = K_VALUES) -> di
         # The validator: final = success rate x coefficient of the (mean) judge score.
         "reasoning_q": q,
         "reasoning_coef": coef,
-        "final_score": asr * coef if asr is not None and coef is not None else None,
+        "final_score": round(asr * coef, 4) if asr is not None and coef is not None else None,  # ORO rounds
         "counts": {"problems": overall["problems"], "samples": overall["samples"],
                    "successes": overall["successes"], "judged": len(judged)},
     }

@@ -18,7 +18,9 @@ from shopdistill_assets.sandbox.catalog import SERVICES, Catalog, document_conte
 
 PAGE_SIZE = 10
 MAX_PAGE = 5
+TARGET_HITS = PAGE_SIZE * MAX_PAGE  # the server keeps the best 50 that pass the filters
 SORTS = ("priceasc", "pricedesc", "order", "default")
+SEARCH_FIELDS = ("product_id", "shop_id", "title", "price", "service", "sold_count")
 _TOKEN = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
 
 
@@ -89,6 +91,8 @@ class SearchIndex:
         return [self.summary(self.product_ids[i]) for i in ids]
 
     def _search_uncached(self, q, page, shop_id, price, sort, service) -> tuple[int, ...]:
+        """As ORO's search server: the best 50 by relevance that pass the filters, then sorted
+        (stably, so ties keep their relevance order), then paged."""
         scores = self.scores(q)
         mask = scores > 0
         if shop_id:
@@ -97,32 +101,24 @@ class SearchIndex:
         if price:
             lo, hi = price
             if lo is not None:
-                mask &= self.price >= lo
+                mask &= ~(self.price < lo)  # written as the server does: a NaN bound filters nothing
             if hi is not None:
-                mask &= self.price <= hi
+                mask &= ~(self.price > hi)
         for s in service:
             if s in SERVICES:
                 mask &= (self.service & (1 << SERVICES.index(s))) != 0
         candidates = np.flatnonzero(mask)
+        best = candidates[np.lexsort((candidates, -scores[candidates]))][:TARGET_HITS]
+        rank = np.arange(len(best))
         if sort == "priceasc":
-            keys = (candidates, self.price[candidates])
+            best = best[np.lexsort((rank, self.price[best]))]
         elif sort == "pricedesc":
-            keys = (candidates, -self.price[candidates])
+            best = best[np.lexsort((rank, -self.price[best]))]
         elif sort == "order":
-            keys = (candidates, -self.sold[candidates])
-        else:
-            keys = (candidates, -scores[candidates])
-        order = candidates[np.lexsort(keys)]  # ties broken by catalog order: deterministic
+            best = best[np.lexsort((rank, -self.sold[best]))]
         start = (page - 1) * PAGE_SIZE
-        return tuple(int(i) for i in order[start : start + PAGE_SIZE])
+        return tuple(int(i) for i in best[start : start + PAGE_SIZE])
 
     def summary(self, product_id: str) -> dict[str, Any]:
         p = self.catalog.products[product_id]
-        return {
-            "product_id": p["product_id"],
-            "shop_id": p["shop_id"],
-            "title": p["title"],
-            "price": p["price"],
-            "service": list(p["service"]),
-            "sold_count": p["sold_count"],
-        }
+        return {k: list(p[k]) if k == "service" else p[k] for k in SEARCH_FIELDS}

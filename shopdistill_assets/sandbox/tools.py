@@ -1,14 +1,20 @@
-"""The sandbox: ShoppingBench tools over a catalog, with their argument rules.
+"""The sandbox: ShoppingBench tools over a catalog, behaving as ORO's real ones.
 
-`Sandbox.call(name, arguments)` never raises on bad input: a rule violation, an unknown tool or
-arguments no tool can use (wrong types, non-finite numbers, deep nesting) come back as
+`find_product` and `view_product_information` follow ORO's tool functions and search server
+(`src/agent/agent.py`, `src/search_engine/server.py`): arguments travel as URL query text, a
+page outside 1-5 or not in digits answers no products, an unknown sort, service or price part
+filters nothing, services split on "," untrimmed, 10 products a page, the six search fields,
+the five information fields, unknown ids skipped. `recommend_product` and `terminate` answer as
+the reference agent's do.
+
+`Sandbox.call(name, arguments)` never raises on bad input: an unknown tool or arguments no tool
+can use (wrong types, unknown names, non-finite numbers, deep nesting) come back as
 `ToolResult(ok=False, error=...)`, which is what an agent sees as the tool's answer.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +23,11 @@ from shopdistill_assets.sandbox.catalog import SERVICES, Catalog
 from shopdistill_assets.sandbox.math_worker import MathTimeout
 from shopdistill_assets.sandbox.safe_math import UnsafeExpression, evaluate
 from shopdistill_assets.sandbox.scorer import parse_product_ids, voucher_total
-from shopdistill_assets.sandbox.search import MAX_PAGE, SORTS, SearchIndex
+from shopdistill_assets.sandbox.search import MAX_PAGE, SearchIndex
 
-_PRICE = re.compile(r"^\s*(\d+(?:\.\d+)?)?\s*-\s*(\d+(?:\.\d+)?)?\s*$")
-MAX_VIEW = 10
-DESCRIPTION_CHARS = 1000
+INFORMATION_FIELDS = ("product_id", "short_description", "description", "sku_options", "attributes")
+SEARCH_ARGUMENTS = frozenset({"q", "page", "shop_id", "price", "sort", "service"})
+_SERVER_SORTS = frozenset({"order", "priceasc", "pricedesc"})
 
 
 @dataclass
@@ -39,44 +45,68 @@ class ToolArgumentError(ValueError):
     pass
 
 
-def _int_arg(value: Any, name: str) -> int:
-    if isinstance(value, bool):
-        raise ToolArgumentError(f"{name} must be an integer")
-    if isinstance(value, int):
+def query_param(value: Any) -> str | None:
+    """The text the search server reads for one argument. ORO's tool functions send arguments
+    as URL query parameters (`urlencode(..., doseq=True)`, then Flask's `args.get`): None is
+    left out, a list (or object) sends its first element, anything else its `str`."""
+    if value is None or isinstance(value, str):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    raise ToolArgumentError(f"{name} must be an integer")
+    if isinstance(value, (list, tuple, dict)):
+        return str(next(iter(value))) if value else None
+    return str(value)
 
 
-def parse_price_range(value: Any) -> tuple[float | None, float | None] | None:
-    """ "lo-hi", "lo-" or "-hi" -> (lo, hi); None/"" -> None; anything else is an error."""
-    if value is None or value == "":
+def server_page(text: str | None) -> int | None:
+    """A page of 1 to 5 written in digits; anything else: None (the server answers no products)."""
+    if not text or not text.isdigit():
         return None
-    if not isinstance(value, str):
-        raise ToolArgumentError('price must be a string "lo-hi"')
-    match = _PRICE.match(value)
-    if not match or (match.group(1) is None and match.group(2) is None):
-        raise ToolArgumentError(f'price must look like "100-500", "100-" or "-500", got {value[:40]!r}')
-    lo = float(match.group(1)) if match.group(1) else None
-    hi = float(match.group(2)) if match.group(2) else None
-    if lo is not None and hi is not None and lo > hi:
-        raise ToolArgumentError("price range lower bound is above the upper bound")
-    return lo, hi
+    try:
+        page = int(text)
+    except ValueError:  # digits such as "²" pass isdigit but not int(): the server errors out
+        return None
+    return page if 1 <= page <= MAX_PAGE else None
 
 
-def parse_services(value: Any) -> tuple[str, ...]:
-    if value is None or value == "":
-        return ()
-    if not isinstance(value, str):
-        raise ToolArgumentError("service must be a comma-joined string")
-    names = [s.strip() for s in value.split(",") if s.strip() and s.strip() != "default"]
-    unknown = [s for s in names if s not in SERVICES]
-    if unknown:
-        raise ToolArgumentError(f"unknown service {unknown[0][:30]!r}; choose from {', '.join(SERVICES)}")
-    return tuple(names)
+def server_price(text: str | None) -> tuple[float | None, float | None] | None:
+    """ "lo-hi", "lo-" or "-hi"; a part that is not a number bounds nothing (as the server reads it)."""
+    if not text or "-" not in text:
+        return None
+    parts = text.split("-")
+    if len(parts) != 2:
+        return None
+    lo, hi = (_float_or_none(part) for part in parts)
+    return None if lo is None and hi is None else (lo, hi)
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def server_services(text: str | None) -> tuple[str, ...]:
+    """Comma split, no trimming: " COD" is not a service and is dropped, as are unknown names."""
+    out: list[str] = []
+    for name in (text or "").split(","):
+        if name in SERVICES and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _without_default(service: Any) -> Any:
+    """The tool drops "default" from the service list before it asks the server."""
+    if service == "default":
+        return None
+    if isinstance(service, str) and "default" in service:
+        return ",".join(part for part in service.split(",") if part != "default")
+    return service
+
+
+def _check_names(tool: str, args: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(args) - allowed)
+    if unknown:  # the real tools are Python functions: an unknown keyword is a TypeError
+        raise ToolArgumentError(f"{tool}() got an unexpected keyword argument {unknown[0][:40]!r}")
 
 
 def _local_math(code: object) -> str:
@@ -119,54 +149,61 @@ class Sandbox:
     # -- tools ---------------------------------------------------------------------------
 
     def _tool_find_product(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """As ORO's `find_product` tool and search server: `q` must be text; every other
+        argument is read as the server reads a query parameter, and one it cannot use filters
+        nothing (sort, price, service) or answers no products (page)."""
+        _check_names("find_product", args, SEARCH_ARGUMENTS)
         q = args.get("q")
-        if not isinstance(q, str) or not q.strip():
-            raise ToolArgumentError("q must be a non-empty string")
-        page = _int_arg(args.get("page", 1), "page")
-        if not 1 <= page <= MAX_PAGE:
-            raise ToolArgumentError(f"page must be between 1 and {MAX_PAGE}")
-        sort = args.get("sort") or "default"
-        if sort not in SORTS:
-            raise ToolArgumentError(f"sort must be one of {', '.join(SORTS)}")
-        shop_id = args.get("shop_id")
-        if shop_id is not None and not isinstance(shop_id, (str, int)):
-            raise ToolArgumentError("shop_id must be a string")
+        if not isinstance(q, str):
+            raise ToolArgumentError("find_product() needs q, a string")
+        page = server_page(query_param(args.get("page", 1)))  # the tool's default page is 1
+        if page is None or not q.strip():
+            return []
+        sort = args.get("sort")
+        sort = query_param(None if sort == "default" else sort)
         return self.index.search(
             q[:500],
             page=page,
-            shop_id=str(shop_id) if shop_id not in (None, "") else None,
-            price=parse_price_range(args.get("price")),
-            sort=sort,
-            service=parse_services(args.get("service")),
+            shop_id=query_param(args.get("shop_id")) or None,
+            price=server_price(query_param(args.get("price"))),
+            sort=sort if sort in _SERVER_SORTS else "default",
+            service=server_services(query_param(_without_default(args.get("service")))),
         )
 
-    def _ids(self, args: dict[str, Any]) -> list[str]:
-        ids = parse_product_ids(args.get("product_ids"))
-        if not ids:
-            raise ToolArgumentError("product_ids must be comma-separated product ids")
-        return ids
+    def _server_ids(self, tool: str, args: dict[str, Any]) -> list[str]:
+        _check_names(tool, args, frozenset({"product_ids"}))
+        if "product_ids" not in args:
+            raise ToolArgumentError(f"{tool}() missing 1 required argument: 'product_ids'")
+        return (query_param(args["product_ids"]) or "").split(",")
 
     def _tool_view_product_information(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """The five information fields of each known id, split on "," as the server splits
+        (no trimming); unknown ids are skipped. Price, shop and title are not among them."""
         out = []
-        for pid in self._ids(args)[:MAX_VIEW]:
+        for pid in self._server_ids("view_product_information", args):
             product = self.catalog.get(pid)
-            if product is None:
-                out.append({"product_id": pid, "error": "product not found"})
-                continue
-            view = {k: v for k, v in product.items() if k != "description"}
-            view["description"] = product["description"][:DESCRIPTION_CHARS]
-            out.append(view)
+            if product is not None:
+                out.append({k: product[k] for k in INFORMATION_FIELDS})
         return out
 
     def _tool_recommend_product(self, args: dict[str, Any]) -> str:
-        self._ids(args)
-        return "Recommended."
+        _check_names("recommend_product", args, frozenset({"product_ids"}))
+        if "product_ids" not in args:
+            raise ToolArgumentError("recommend_product() missing 1 required argument: 'product_ids'")
+        return f"Having recommended the products to the user: {args['product_ids']}."
 
     def _tool_terminate(self, args: dict[str, Any]) -> str:
-        return "Terminated."
+        return f"The interaction has been completed with status: {args.get('status', 'success')}"
 
     def _tool_calculate_voucher(self, args: dict[str, Any]) -> dict[str, Any]:
-        products = [self.catalog.get(pid) for pid in self._ids(args)]
+        """Two signatures: ORO's reference agent's (prices as text, the discount in percent)
+        and ours (catalog ids and the problem's voucher fields)."""
+        if "product_prices" in args:
+            return reference_voucher(args)
+        ids = parse_product_ids(args.get("product_ids"))
+        if not ids:
+            raise ToolArgumentError("product_ids must be comma-separated product ids")
+        products = [self.catalog.get(pid) for pid in ids]
         if any(p is None for p in products):
             raise ToolArgumentError("unknown product id in product_ids")
         prices = [p["price"] for p in products]
@@ -189,6 +226,40 @@ class Sandbox:
             raise ToolArgumentError(f"python_execute only evaluates arithmetic: {exc}") from None
         except MathTimeout as exc:
             raise ToolArgumentError(f"python_execute timed out: {exc}") from None
+
+
+REFERENCE_VOUCHER_ARGUMENTS = ("product_prices", "voucher_type", "discount_value", "threshold", "budget", "cap")
+
+
+def reference_voucher(args: dict[str, Any]) -> dict[str, Any]:
+    """The reference agent's voucher arithmetic: prices "100,50"; a fixed discount, or a
+    percentage (42 means 42 %) capped when cap > 0; applied when the total reaches the threshold."""
+    _check_names("calculate_voucher", args, frozenset(REFERENCE_VOUCHER_ARGUMENTS))
+    missing = [k for k in REFERENCE_VOUCHER_ARGUMENTS[:5] if k not in args]
+    if missing:
+        raise ToolArgumentError(f"calculate_voucher() missing required argument {missing[0]!r}")
+    numbers = {k: args.get(k, 0) for k in ("discount_value", "threshold", "budget", "cap")}
+    for key, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite_number(value):
+            raise ToolArgumentError(f"{key} must be a finite number")
+    try:
+        prices = [float(p.strip()) for p in str(args["product_prices"]).split(",")]
+    except ValueError:
+        return {"error": "product_prices must be comma-separated numbers, e.g. \"100,50,75\""}
+    if not all(_finite_number(p) for p in prices):
+        return {"error": "product_prices must be comma-separated numbers, e.g. \"100,50,75\""}
+    total = sum(prices)
+    applied = total >= numbers["threshold"]
+    discount = 0.0
+    if applied and args["voucher_type"] == "fixed":
+        discount = float(numbers["discount_value"])
+    elif applied and args["voucher_type"] == "percentage":
+        discount = total * numbers["discount_value"] / 100.0
+        discount = min(discount, numbers["cap"]) if numbers["cap"] > 0 else discount
+    after = total - discount
+    return {"prices": prices, "total_before": round(total, 2), "discount_amount": round(discount, 2),
+            "total_after": round(after, 2), "within_budget": after <= numbers["budget"],
+            "voucher_applied": applied, "budget": numbers["budget"]}
 
 
 def _finite_number(value: Any) -> bool:
