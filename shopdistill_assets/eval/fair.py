@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from shopdistill_assets.sandbox.search import tokenize
+from shopdistill_assets.sandbox.tools import reference_voucher_arguments
 
 OPENERS = ("I'm looking for", "Find me", "Show me", "Can you find", "I need", "Looking for", "Please find",
            "Help me find", "I want to buy", "Search for")
@@ -257,7 +258,8 @@ def shop(request: Request) -> Generator[Action, Any, None]:
         return
     ids = ",".join(str(p["product_id"]) for p, _ in picks)
     if request.budget is not None and request.voucher.get("discount_type"):
-        yield Action("calculate_voucher", {"product_ids": ids, **request.voucher},
+        prices = [float(p.get("price") or 0) for p, _ in picks]
+        yield Action("calculate_voucher", reference_voucher_arguments(prices, request.voucher, request.budget),
                      f"Basket {ids}: checking the total against the budget of {_num(request.budget)} PHP.")
     yield Action("recommend_product", {"product_ids": ids}, _pick_think(picks))
     yield Action("terminate", {"status": "success"}, "Recommended; done.")

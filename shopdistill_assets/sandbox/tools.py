@@ -190,10 +190,10 @@ class Sandbox:
         _check_names("recommend_product", args, frozenset({"product_ids"}))
         if "product_ids" not in args:
             raise ToolArgumentError("recommend_product() missing 1 required argument: 'product_ids'")
-        return f"Having recommended the products to the user: {args['product_ids']}."
+        return recommend_reply(args["product_ids"])
 
     def _tool_terminate(self, args: dict[str, Any]) -> str:
-        return f"The interaction has been completed with status: {args.get('status', 'success')}"
+        return terminate_reply(args.get("status", "success"))
 
     def _tool_calculate_voucher(self, args: dict[str, Any]) -> dict[str, Any]:
         """Two signatures: ORO's reference agent's (prices as text, the discount in percent)
@@ -228,7 +228,35 @@ class Sandbox:
             raise ToolArgumentError(f"python_execute timed out: {exc}") from None
 
 
+def recommend_reply(product_ids: Any) -> str:
+    """What the real recommend_product answers."""
+    return f"Having recommended the products to the user: {product_ids}."
+
+
+def terminate_reply(status: Any) -> str:
+    """What the real terminate answers."""
+    return f"The interaction has been completed with status: {status}"
+
+
 REFERENCE_VOUCHER_ARGUMENTS = ("product_prices", "voucher_type", "discount_value", "threshold", "budget", "cap")
+
+
+def reference_voucher_arguments(prices: list[float], voucher: dict[str, Any], budget: float | None) -> dict[str, Any]:
+    """A basket's prices and a voucher as a problem states it (`discount_type` fixed|percentage,
+    `face_value`, `discount` as a rate or a percent, `cap`, `threshold`) -> the reference agent's
+    calculate_voucher arguments, the signature the tool schemas carry."""
+    fixed = voucher.get("discount_type") == "fixed"
+    rate = float(voucher.get("discount") or 0)
+    out: dict[str, Any] = {
+        "product_prices": ",".join(f"{float(p):g}" for p in prices),
+        "voucher_type": "fixed" if fixed else "percentage",
+        "discount_value": float(voucher.get("face_value") or 0) if fixed else round(rate * 100 if rate < 1 else rate, 4),
+        "threshold": float(voucher.get("threshold") or 0),
+        "budget": float(budget or 0),
+    }
+    if not fixed and voucher.get("cap"):
+        out["cap"] = float(voucher["cap"])
+    return out
 
 
 def reference_voucher(args: dict[str, Any]) -> dict[str, Any]:

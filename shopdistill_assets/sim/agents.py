@@ -23,6 +23,7 @@ from shopdistill_assets.eval import fair
 from shopdistill_assets.sandbox import Problem, Sandbox
 from shopdistill_assets.sandbox.scorer import check_item
 from shopdistill_assets.sandbox.similarity import LexicalTitleSimilarity
+from shopdistill_assets.sandbox.tools import recommend_reply, reference_voucher_arguments, terminate_reply
 from shopdistill_assets.sim.problems_gen import LatentProblem
 
 FAULTS = ("unpaired_tool_call", "recommend_count", "bad_product_ids", "too_long", "think_then_stop",
@@ -102,15 +103,7 @@ class Actor:
         if "product_prices" in args:
             return args
         products = [self.sandbox.catalog.get(pid) for pid in str(args.get("product_ids", "")).split(",")]
-        fixed = args.get("discount_type") == "fixed"
-        rate = float(args.get("discount") or 0)
-        out = {"product_prices": ",".join(f"{p['price']:g}" for p in products if p),
-               "voucher_type": "fixed" if fixed else "percentage",
-               "discount_value": float(args.get("face_value") or 0) if fixed else round(rate * 100 if rate < 1 else rate, 4),
-               "threshold": float(args.get("threshold") or 0), "budget": float(self.budget or 0)}
-        if not fixed and args.get("cap"):
-            out["cap"] = float(args["cap"])
-        return out
+        return reference_voucher_arguments([p["price"] for p in products if p], args, self.budget)
 
 
 def _head(latent: LatentProblem, i: int) -> tuple[str, str]:
@@ -245,8 +238,8 @@ def run_subtask(problem: Problem, latent: LatentProblem, sandbox: Sandbox, rng: 
                                  first_results)])]
     if picks:
         steps.append(AgentStep("Step 2: selected the candidate index returned by the model.",
-                               [ToolCall("recommend_product", {"product_ids": ",".join(picks)}, "Recommended.")]))
-    steps.append(AgentStep("Step 3: done.", [ToolCall("terminate", {"status": "success"}, "Terminated.")]))
+                               [ToolCall("recommend_product", {"product_ids": ",".join(picks)}, recommend_reply(",".join(picks)))]))
+    steps.append(AgentStep("Step 3: done.", [ToolCall("terminate", {"status": "success"}, terminate_reply("success"))]))
     return AgentRun("subtask", steps, harness_searches=searches, classify_calls=max(1, len(picks)),
                     narrated=rng.random() < 0.4)
 
@@ -260,7 +253,8 @@ def inject_fault(run: AgentRun, fault: str, rng: random.Random) -> AgentRun:
     elif fault == "recommend_count":
         if rec is not None and rng.random() < 0.5:
             steps.insert(steps.index(rec), AgentStep("Recommending a first option.", [ToolCall(
-                "recommend_product", dict(rec.calls[0].parameters), "Recommended.")]))
+                "recommend_product", dict(rec.calls[0].parameters),
+                recommend_reply(rec.calls[0].parameters.get("product_ids")))]))
         elif rec is not None:
             # the recommend step's think (a careful agent's comparison) moves to the next step, so the
             # judge still sees reasoning over the results and only the format gate has cause to reject
