@@ -261,17 +261,15 @@ def land_result(api: OroApi, landing: Store, day: str, found: DayResult, problem
 
 
 def dialogue_of(artifact: bytes | None) -> Any:
-    """The artifact as JSON (whatever type it is: the corpus reader judges it), or its text
-    when it is not JSON, so the line is rejected with a reason rather than lost."""
+    """The artifact read as the corpus reads a line (orjson), whatever JSON type it is: the
+    reader judges it. Bytes orjson refuses (not JSON, NaN, bad UTF-8) become their text, so
+    the line is rejected with a reason rather than lost."""
     if artifact is None:
         return None
     try:
         return orjson.loads(artifact)
     except orjson.JSONDecodeError:
-        try:
-            return json.loads(artifact)  # integers beyond 64 bits, which orjson refuses
-        except ValueError:
-            return artifact.decode("utf-8", "replace")
+        return artifact.decode("utf-8", "replace")
 
 
 def problem_run_record(meta: dict, artifact: bytes | None) -> dict:
@@ -295,10 +293,7 @@ def problem_run_record(meta: dict, artifact: bytes | None) -> dict:
 
 
 def _line(record: dict) -> bytes:
-    try:
-        return orjson.dumps(record) + b"\n"
-    except TypeError:  # an integer orjson cannot write
-        return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+    return orjson.dumps(record) + b"\n"  # everything in it came out of orjson or the SDK
 
 
 def day_file_bytes(landing: Store, day: str) -> tuple[bytes, int]:
