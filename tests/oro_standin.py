@@ -370,20 +370,42 @@ def conformance_world(conformance: Path) -> World:
     return world_from_problem_runs(joined, day, logs=uploads)
 
 
+def synthetic_world(day: str = "2026-11-20", traces: int = 30) -> World:
+    """A simulated day (the project's simulator), for where ../shared is absent."""
+    import gzip
+    import tempfile
+
+    from shopdistill_assets.sim import simulate
+    from shopdistill_assets.sim.arena import ArenaConfig
+
+    out = Path(tempfile.mkdtemp(prefix="oro-standin-"))
+    simulate(ArenaConfig(out=out, start_day=dt.date.fromisoformat(day), days=1, traces_per_day=traces,
+                         n_products=300, problems_per_day=20, corrupt_share=0, reupload_share=0,
+                         other_dialect_share=0, truncated_file=False, seed=3))
+    data = gzip.decompress((out / "firehose" / f"day={day}" / "part-000.jsonl.gz").read_bytes())
+    return world_from_problem_runs([json.loads(line) for line in data.splitlines()], day)
+
+
 def main() -> None:  # pragma: no cover - a manual tool
     import argparse
+    import os
 
     from moto.server import ThreadedMotoServer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--conformance", default=str(Path(__file__).resolve().parents[2] / "shared" / "conformance"))
+    parser.add_argument("--conformance", default=str(Path(__file__).resolve().parents[2] / "shared" / "conformance"),
+                        help="conformance folder (default ../shared/conformance); a simulated day where absent")
     args = parser.parse_args()
+    for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(var, value)
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()
-    world = conformance_world(Path(args.conformance))
+    conformance = Path(args.conformance)
+    world = conformance_world(conformance) if (conformance / "records").is_dir() else synthetic_world()
     with StandIn(world, f"http://{host}:{port}") as standin:
-        print(f"ORO stand-in at {standin.url} serving day {world.day}", flush=True)
+        print(f"ORO stand-in at {standin.url} serving day {world.day} ({len(world.runs)} problem runs)", flush=True)
         threading.Event().wait()
 
 

@@ -379,3 +379,49 @@ def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, mon
     # A folder source given as s3 is refused in one line, before any work.
     code = cli.main(["ingest", "--source", "s3", "--day", DAY, "--firehose", str(tmp_path / "firehose")])
     assert code == 1 and "wants a s3:// firehose root" in capsys.readouterr().err
+
+
+def test_an_s3_firehose_gets_the_day_file_and_the_landing_zone(sim_records, standin, moto_s3, tmp_path):
+    import boto3
+
+    from shopdistill_assets.runner import _selected
+
+    records, _ = sim_records
+    server = standin(world_from_problem_runs(records[:4], DAY))
+    s3 = boto3.client("s3", endpoint_url=moto_s3)
+    s3.create_bucket(Bucket="arena")
+    firehose = FirehoseResource(root="s3://arena/firehose", endpoint_url=moto_s3)
+    names = ["oro_api_day", "raw_firehose"]
+    resources = {"oro_api": oro(server), "firehose": firehose, "lake": LakeResource(root=str(tmp_path / "lake"))}
+    for _ in range(2):  # the second run finds everything landed
+        result = dg.materialize(_selected(names), partition_key=DAY, selection=[dg.AssetKey(n) for n in names],
+                                resources=resources, instance=dg.DagsterInstance.ephemeral(), run_config=QUIET)
+        assert result.success
+    landed = result.asset_materializations_for_node("oro_api_day")[0].metadata
+    assert landed["already_landed"].value == 4 and landed["day_file_written"].value is False
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="arena")["Contents"])
+    assert f"firehose/day={DAY}/{DAY_FILE}" in keys
+    assert sum(k.startswith(f"firehose/_oro_landing/day={DAY}/runs/") and k.endswith(".meta.json") for k in keys) == 4
+    inventory = LakeResource(root=str(tmp_path / "lake")).read_day("raw_firehose", DAY)
+    assert inventory["file"].to_list() == [DAY_FILE]  # the landing zone is never a day file
+
+
+def test_the_sensors_pick_the_day_up(sim_records, standin, tmp_path):
+    import datetime as dt
+
+    from jobs.firehose_days import scan_days
+    from shopdistill_assets.oro_ingest import RECHECK_DAYS, oro_api_day_sensor
+
+    records, _ = sim_records
+    server = standin(world_from_problem_runs(records[:3], DAY))
+    firehose = FirehoseResource(root=str(tmp_path / "firehose"))
+    assert materialize(["oro_api_day"], oro(server), tmp_path / "firehose", tmp_path / "lake").success
+    # The firehose sensor sees the day the asset wrote, and only that (not the landing zone).
+    assert list(scan_days(firehose)) == [DAY]
+
+    context = dg.build_sensor_context(resources={"oro_api": oro(server), "firehose": firehose})
+    requests = oro_api_day_sensor(context).run_requests
+    today = dt.datetime.now(dt.timezone.utc).date()
+    assert [r.partition_key for r in requests] == [(today - dt.timedelta(days=n)).isoformat()
+                                                   for n in range(1, RECHECK_DAYS + 1)]
+    assert len({r.run_key for r in requests}) == RECHECK_DAYS  # one run per day per hour
