@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,16 +296,27 @@ def _line(record: dict) -> bytes:
     return orjson.dumps(record) + b"\n"  # everything in it came out of orjson or the SDK
 
 
-def day_file_bytes(landing: Store, day: str) -> tuple[bytes, int]:
-    """Every landed version of the day, oldest first, one line each."""
-    metas = [json.loads(landing.read(k)) for k in landing.list(_runs_prefix(day)) if k.endswith(".meta.json")]
+READ_WINDOW = 256  # landed versions read at once while the day file is written
+
+
+def _day_metas(landing: Store, day: str, pool: ThreadPoolExecutor) -> list[dict]:
+    """Every landed version's meta of the day, oldest first (metas are small; many on S3)."""
+    keys = [k for k in landing.list(_runs_prefix(day)) if k.endswith(".meta.json")]
+    metas = list(pool.map(lambda k: json.loads(landing.read(k)), keys))
     metas.sort(key=lambda m: (updated_at_us(m["result"].get("updated_at")), m["result"].get("eval_run_id"),
                               m["entry"].get("problem_id")))
-    lines = []
-    for meta in metas:
+    return metas
+
+
+def day_file_lines(landing: Store, metas: list[dict], pool: ThreadPoolExecutor) -> Iterator[bytes]:
+    """One joined line per landed version, in the metas' order; artifacts are read a window at
+    a time, so a day of any size streams."""
+    def line(meta: dict) -> bytes:
         artifact = landing.read(meta["artifact"]["key"]) if meta.get("artifact") else None
-        lines.append(_line(problem_run_record(meta, artifact)))
-    return b"".join(lines), len(lines)
+        return _line(problem_run_record(meta, artifact))
+
+    for start in range(0, len(metas), READ_WINDOW):
+        yield from pool.map(line, metas[start:start + READ_WINDOW])
 
 
 def land_day(api: OroApi, landing: Store, firehose: Store, day: str, cfg: IngestConfig) -> DayLanding:
@@ -326,16 +337,16 @@ def land_day(api: OroApi, landing: Store, firehose: Store, day: str, cfg: Ingest
                 return "artifacts/not_released"
 
         report.counts.update(pool.map(land, results))
-    if report.not_released:
-        raise DayIncomplete(f"day {day} is incomplete: {len(report.not_released)} of {len(results)} artifacts are "
-                            f"not released yet (e.g. eval run/problem {report.not_released[0]}); the rest is landed, "
-                            f"the day file is left as it was; a later run fetches only what is missing")
-    data, lines = day_file_bytes(landing, day)
-    report.counts["lines"] = lines
-    report.day_file = firehose.uri(f"day={day}/{DAY_FILE}")
-    report.day_file_sha256 = sha256_hex(data)
-    report.day_file_written = firehose.write_if_changed(f"day={day}/{DAY_FILE}", data)
-    manifest = {"day": day, "complete": True, "lines": lines, "day_file": report.day_file,
+        if report.not_released:
+            raise DayIncomplete(f"day {day} is incomplete: {len(report.not_released)} of {len(results)} artifacts "
+                                f"are not released yet (e.g. eval run/problem {report.not_released[0]}); the rest is "
+                                f"landed, the day file is left as it was; a later run fetches only what is missing")
+        metas = _day_metas(landing, day, pool)
+        report.counts["lines"] = len(metas)
+        report.day_file = firehose.uri(f"day={day}/{DAY_FILE}")
+        report.day_file_sha256, report.day_file_written = firehose.write_stream_if_changed(
+            f"day={day}/{DAY_FILE}", day_file_lines(landing, metas, pool))
+    manifest = {"day": day, "complete": True, "lines": report.counts["lines"], "day_file": report.day_file,
                 "day_file_sha256": report.day_file_sha256, "counts": dict(sorted(report.counts.items()))}
     landing.write(f"day={day}/{MANIFEST}", orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     return report
