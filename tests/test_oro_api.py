@@ -196,6 +196,7 @@ def test_a_rerun_fetches_nothing_and_a_rejudged_result_supersedes_the_old(sim_re
     first = land_day(api, landing, firehose, DAY, cfg)
     assert first.counts["artifacts/fetched"] == 6 and first.day_file_written
     assert api.stats.counts["races/listed"] == 4  # the day's race, then older ones until they end too early
+    assert world.calls("GET", "/v1/public/leaderboard") == 2  # 3 agent versions off the race, 2 a page
     posts = world.calls("POST", "/v1/public/artifacts/download-url")
     day_file = tmp_path / "firehose" / f"day={DAY}" / DAY_FILE
     mtime = day_file.stat().st_mtime_ns
@@ -247,6 +248,41 @@ def test_an_unreleased_artifact_fails_the_day_cleanly_and_a_retry_completes_it(s
     assert done.success
     assert world.calls("POST", "/v1/public/artifacts/download-url") - posts == 1  # only the missing one
     assert len(day_lines(firehose)) == 5
+
+
+def test_retry_after_is_honoured_and_5xx_back_off(sim_records, standin):
+    records, _ = sim_records
+    world = world_from_problem_runs(records[:1], DAY)
+    world.plan("/v1/public/leaderboard", 429, headers={"Retry-After": "7"})
+    world.plan("/v1/public/leaderboard", 502)
+    server = standin(world)
+    waits: list[float] = []
+    api = OroApi(build_sdk_client(server.url, None, 10), RetryPolicy(base_delay_s=0.25), sleep=waits.append)
+    from shopdistill_assets.oro_day import leaderboard_agent_versions
+
+    assert leaderboard_agent_versions(api, IngestConfig()) == set()  # the one version races
+    assert waits[0] == 7.0 and 0 <= waits[1] <= 0.5  # Retry-After, then jittered 0.25 * 2**1
+    assert world.calls("GET", "/v1/public/leaderboard") == 3
+
+
+def test_an_artifact_not_found_still_gives_its_line_and_is_asked_again(sim_records, standin, tmp_path):
+    records, _ = sim_records
+    world = world_from_problem_runs(records[:3], DAY)
+    missing = world.runs[1]
+    world.not_found.add(f"{missing.eval_run_id}/{missing.problem_id}")
+    server = standin(world)
+    api = OroApi(build_sdk_client(server.url, None, 10), RetryPolicy(base_delay_s=0.01))
+    landing, firehose = Store(str(tmp_path / "landing")), Store(str(tmp_path / "firehose"))
+    report = land_day(api, landing, firehose, DAY, IngestConfig())
+    assert report.counts["artifacts/not_found"] == 1 and report.counts["lines"] == 3
+    (line,) = [r for r in day_lines(tmp_path / "firehose") if r["eval_run_id"] == missing.eval_run_id]
+    assert line["dialogue"] is None and line["status"] == missing.status  # the corpus says why, not us
+
+    world.not_found.clear()
+    again = land_day(api, landing, firehose, DAY, IngestConfig())
+    assert again.counts["artifacts/fetched"] == 1 and again.counts["artifacts/already_landed"] == 2
+    (line,) = [r for r in day_lines(tmp_path / "firehose") if r["eval_run_id"] == missing.eval_run_id]
+    assert line["dialogue"] == json.loads(missing.logs)
 
 
 def test_auth_errors_are_one_line_and_the_key_stays_out_of_everything(sim_records, standin, tmp_path):
@@ -376,6 +412,12 @@ def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, mon
     funnel = [line for line in out.out.splitlines() if line.startswith(DAY) and line.endswith("ok")]
     assert len(funnel) == 1 and funnel[0].split()[1] == "8"  # 8 lines read, conservation ok
 
+    # The folder source reads that same firehose day as it is, with the same funnel.
+    code = cli.main(["ingest", "--source", "folder", "--day", DAY, "--firehose", str(tmp_path / "firehose"),
+                     "--lake", str(tmp_path / "lake2")])
+    again = [line for line in capsys.readouterr().out.splitlines() if line.startswith(DAY)]
+    assert code == 0 and again == funnel
+
     # A folder source given as s3 is refused in one line, before any work.
     code = cli.main(["ingest", "--source", "s3", "--day", DAY, "--firehose", str(tmp_path / "firehose")])
     assert code == 1 and "wants a s3:// firehose root" in capsys.readouterr().err
@@ -404,6 +446,18 @@ def test_an_s3_firehose_gets_the_day_file_and_the_landing_zone(sim_records, stan
     assert sum(k.startswith(f"firehose/_oro_landing/day={DAY}/runs/") and k.endswith(".meta.json") for k in keys) == 4
     inventory = LakeResource(root=str(tmp_path / "lake")).read_day("raw_firehose", DAY)
     assert inventory["file"].to_list() == [DAY_FILE]  # the landing zone is never a day file
+
+
+def test_the_source_is_registered_with_its_job_and_a_stopped_sensor():
+    from shopdistill_assets.definitions import defs
+
+    graph = defs.get_repository_def().asset_graph
+    assert dg.AssetKey("oro_api_day") in graph.get(dg.AssetKey("raw_firehose")).parent_keys
+    assert defs.resolve_job_def("oro_api_daily") is not None
+    sensor = defs.resolve_sensor_def("oro_api_day_sensor")
+    assert sensor.job_name == "oro_api_daily" and sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert defs.resolve_job_def("corpus_daily").asset_layer.executable_asset_keys.isdisjoint(
+        {dg.AssetKey("oro_api_day")})  # folder and S3 days never call the API
 
 
 def test_the_sensors_pick_the_day_up(sim_records, standin, tmp_path):
