@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from dagster import AssetDep, AssetSpec, Definitions, EnvVar, in_process_executor
+from dagster import AssetSpec, Definitions, EnvVar, in_process_executor
 
 from jobs import CONDITIONS, corpus_daily_job, corpus_daily_schedule, firehose_day_sensor
 from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
@@ -35,7 +35,7 @@ from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
 from shopdistill_assets.day_funnel import FUNNEL_ASSETS
 from shopdistill_assets.evaluation import EVAL_ASSETS, EVAL_CHECKS
 from shopdistill_assets.ingest import raw_firehose
-from shopdistill_assets.oro_ingest import ORO_API_DAY, oro_api_daily_job, oro_api_day, oro_api_day_sensor
+from shopdistill_assets.oro_ingest import oro_api_daily_job, oro_api_day, oro_api_day_sensor
 from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
 from shopdistill_assets.training import TRAINING_ASSETS
 from shopdistill_assets.training_data import TRAINING_DATA_ASSETS, TRAINING_DATA_CHECKS
@@ -46,15 +46,10 @@ def _with_automation(spec: AssetSpec) -> AssetSpec:
     return spec.replace_attributes(automation_condition=condition()) if condition else spec
 
 
-def _after_oro_api_day(spec: AssetSpec) -> AssetSpec:
-    # raw_firehose[day] inventories the day file oro_api_day[day] writes (when that source is used).
-    return spec.replace_attributes(deps=[*spec.deps, AssetDep(ORO_API_DAY)])
-
-
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     a.map_asset_specs(_with_automation)
-    for a in (oro_api_day, raw_firehose.map_asset_specs(_after_oro_api_day), *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
+    for a in (oro_api_day, raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
               *EVAL_ASSETS)
 ]
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]

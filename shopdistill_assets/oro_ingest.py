@@ -1,8 +1,8 @@
 """oro_api_day[day]: one UTC day of ORO's public API landed, and written as a firehose day.
 
 The work is `oro_day.land_day` (plain Python); this asset wires the resources and reports.
-Downstream, `raw_firehose[day]` inventories the day file it wrote like any other (the edge is
-declared in definitions.py), and the firehose sensor starts the corpus run when the file
+Downstream, `raw_firehose[day]` inventories the day file it wrote like any other (it declares
+the dependency), and the firehose sensor starts the corpus run when the file
 appears or changes. `oro_api_day_sensor` asks for the recent days again every hour: a day
 with artifacts not released yet failed (nothing half-written) and is retried then, and a
 re-judged result of a recent day lands as a new version.

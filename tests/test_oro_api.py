@@ -234,8 +234,9 @@ def test_an_unreleased_artifact_fails_the_day_cleanly_and_a_retry_completes_it(s
     firehose, lake = tmp_path / "firehose", tmp_path / "lake"
     instance = dg.DagsterInstance.ephemeral()
 
-    failed = materialize(["oro_api_day"], oro(server), firehose, lake, instance)
+    failed = materialize(["oro_api_day", *CORPUS], oro(server), firehose, lake, instance)
     assert not failed.success
+    assert not failed.get_asset_materialization_events()  # raw_firehose and the corpus did not run
     (failure,) = [e for e in failed.all_events if e.is_step_failure]
     message = failure.step_failure_data.user_failure_data.description
     assert "incomplete: 1 of 5 artifacts are not released yet" in message and "\n" not in message
