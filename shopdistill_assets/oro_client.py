@@ -100,7 +100,11 @@ class OroApi:
     def call(self, what: str, endpoint: Any, **kwargs: Any) -> Any:
         """`endpoint.sync_detailed(client, **kwargs)` with retries; the parsed 200 model, or an
         exception naming `what` (a path with ids, never a credential)."""
-        response = self._with_retries(what, lambda: endpoint.sync_detailed(client=self.client, **kwargs))
+        try:
+            response = self._with_retries(what, lambda: endpoint.sync_detailed(client=self.client, **kwargs))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # the SDK's from_dict refused it
+            raise OroApiError(f"{what}: the answer is not in oro-sdk's shape ({type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:200]})") from None
         status = int(response.status_code)
         if status == 200 and response.parsed is not None:
             return response.parsed

@@ -318,6 +318,19 @@ def test_retries_give_up_with_a_one_line_error(sim_records, standin, tmp_path):
         "GET /v1/public/leaderboard?offset=0: HTTP 503 after 3 tries"
 
 
+def test_an_answer_not_in_the_sdk_shape_is_a_one_line_error(sim_records, standin):
+    from shopdistill_assets.oro_client import OroApiError
+    from shopdistill_assets.oro_day import race_agent_versions
+
+    records, _ = sim_records
+    world = world_from_problem_runs(records[:1], DAY)
+    world.plan("/v1/public/races/history", 200)  # 200 with {"detail": ...}: no `races`
+    api = OroApi(build_sdk_client(standin(world).url, None, 10), RetryPolicy(base_delay_s=0.01))
+    with pytest.raises(OroApiError, match=r"^GET /v1/public/races/history\?offset=0: the answer is not in "
+                                          r"oro-sdk's shape \(KeyError: 'total'\)$"):
+        race_agent_versions(api, DAY, IngestConfig())
+
+
 def test_race_spans_decide_which_races_are_read():
     import datetime as dt
 
