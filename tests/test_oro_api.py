@@ -116,6 +116,14 @@ def test_artifacts_that_are_not_json_still_make_a_line():
 
 def test_a_day_lands_through_faults_and_meets_the_direct_corpus(sim_records, standin, tmp_path):
     records, sim_file = sim_records
+    # The same records read straight from a folder: the fates the API path must give too.
+    direct_root = tmp_path / "direct"
+    (direct_root / f"day={DAY}").mkdir(parents=True)
+    (direct_root / f"day={DAY}" / sim_file.name).write_bytes(sim_file.read_bytes())
+    assert materialize(CORPUS, OroApiResource(), direct_root, tmp_path / "direct_lake").success
+    straight = by_run(fates(tmp_path / "direct_lake"))
+    gated = sorted(k for k, v in straight.items() if v == [("gated_traces", None)])
+
     world = world_from_problem_runs(records, DAY)
     first = records[0]
     world.plan("/v1/public/races/history", 429, headers={"Retry-After": "1"})
@@ -123,9 +131,8 @@ def test_a_day_lands_through_faults_and_meets_the_direct_corpus(sim_records, sta
     world.plan(problems_path, 503)
     world.plan(problems_path, 500)
     world.truncate_once.add(f"{first['eval_run_id']}/{first['problem_id']}")
-    # A SUCCESS run the judge left unscored, and a FAILED run whose logs are `[]`.
-    judged = [r for r in world.runs if r.status == "SUCCESS"]
-    unscored, failed = judged[1], judged[2]
+    # A kept run the judge left unscored, and a kept run turned FAILED with `[]` logs.
+    unscored, failed = world.find(*gated[0]), world.find(*gated[1])
     unscored.reasoning_score = None
     failed.status, failed.score, failed.reasoning_score, failed.logs = "FAILED", 0.0, None, b"[]"
     server = standin(world)
@@ -170,18 +177,16 @@ def test_a_day_lands_through_faults_and_meets_the_direct_corpus(sim_records, sta
 
     # The corpus: every line lands once, with the fate the same record gets read straight from
     # a folder, except the two runs changed above.
-    direct_root = tmp_path / "direct"
-    (direct_root / f"day={DAY}").mkdir(parents=True)
-    (direct_root / f"day={DAY}" / sim_file.name).write_bytes(sim_file.read_bytes())
-    direct = materialize(CORPUS, oro(server), direct_root, tmp_path / "direct_lake")
-    assert direct.success
-    via_api, straight = by_run(fates(lake)), by_run(fates(tmp_path / "direct_lake"))
+    via_api = by_run(fates(lake))
     assert len(via_api) == 30 and sum(len(v) for v in via_api.values()) == 30
     for key, fate in straight.items():
         if key not in changed:
             assert via_api[key] == fate, key
-    assert via_api[(failed.eval_run_id, failed.problem_id)][0][0] == "rejected_traces"
-    assert via_api[(unscored.eval_run_id, unscored.problem_id)][0][0] == "rejected_traces"
+    # Each with its reason (named as on this branch, or as the corpus-rules change names them).
+    assert via_api[(failed.eval_run_id, failed.problem_id)] in (
+        [("rejected_traces", "empty_dialogue")], [("rejected_traces", "failed_run")])
+    assert via_api[(unscored.eval_run_id, unscored.problem_id)] in (
+        [("rejected_traces", "reasoning_missing")], [("rejected_traces", "no_reasoning_score")])
     for check in result.get_asset_check_evaluations():
         assert check.passed, check.check_name
 
