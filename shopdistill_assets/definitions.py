@@ -49,8 +49,8 @@ def _with_automation(spec: AssetSpec) -> AssetSpec:
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     a.map_asset_specs(_with_automation)
-    for a in (oro_api_day, raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
-              *EVAL_ASSETS)
+    for a in (oro_api_day, raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS,
+              *TRAINING_ASSETS, *EVAL_ASSETS)
 ]
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]
 JOBS = [corpus_daily_job, oro_api_daily_job, *TRAINING_JOBS]
