@@ -212,6 +212,54 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+INGEST_SOURCES = ("oro-api", "folder", "s3")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """A day from a source into the corpus: `oro-api` lands it from ORO's public API first
+    (oro_api_day writes the firehose day), `folder` / `s3` read the firehose root as it is."""
+    import os
+
+    days = _days(args)
+    root = args.firehose or settings.resolve_roots().firehose
+    if args.source in ("folder", "s3") and (args.source == "s3") != root.startswith("s3://"):
+        raise CLIError(f"--source {args.source} wants a {'s3://' if args.source == 's3' else 'local'} firehose root, "
+                       f"got {root!r} (pass --firehose)")
+    from shopdistill_assets.definitions import ORO_API_URL, ORO_LANDING, build_resources
+    from shopdistill_assets.runner import materialize_days
+
+    for var, value in ((ORO_API_URL, args.oro_api_url), (ORO_LANDING, args.landing)):
+        if value:
+            os.environ[var] = value if value.startswith(("http", "s3://")) else str(Path(value).resolve())
+    resources = build_resources(firehose_root=args.firehose, lake_root=args.lake, endpoint_url=args.endpoint_url)
+    assets = (["oro_api_day"] if args.source == "oro-api" else []) + CORPUS_ASSETS
+    runs = materialize_days(resources, assets, days)
+    for run in runs:
+        landed = run.metadata.get("oro_api_day")
+        if landed:
+            print(f"{run.day:<11} oro-api: {landed.get('results_of_day')} results of the day, {landed.get('fetched')} "
+                  f"artifacts fetched, {landed.get('already_landed')} already landed, "
+                  f"{landed.get('dagster/row_count')} lines -> {landed.get('day_file')}")
+    print_funnel(runs)
+    failed = [r.day for r in runs if not r.success]
+    if failed:
+        raise CLIError(f"{len(failed)} of {len(runs)} days failed: {', '.join(failed)} (FAILED lines above; "
+                       f"--verbose for tracebacks; docs/oro-api.md)")
+    return 0
+
+
+def _add_ingest_parser(sub) -> None:
+    ing = sub.add_parser("ingest", help="a day from a source (ORO's public API, a folder, S3) through the corpus")
+    ing.add_argument("--source", choices=INGEST_SOURCES, required=True)
+    _roots(ing)
+    ing.add_argument("--day", action="append", required=True, help="YYYY-MM-DD (UTC); repeat for several days")
+    ing.add_argument("--oro-api-url", help="ORO API base URL (sets SHOPDISTILL_ORO_API_URL; "
+                                           "the key comes from SHOPDISTILL_ORO_API_KEY only)")
+    ing.add_argument("--landing", help="landing zone for ORO artifacts (sets SHOPDISTILL_ORO_LANDING; "
+                                       "default <firehose root>/_oro_landing)")
+    ing.set_defaults(func=cmd_ingest)
+
+
 def _snapshot(args: argparse.Namespace) -> int:
     from shopdistill_assets.definitions import build_resources
     from shopdistill_assets.lake_sql import lake_resource
@@ -394,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     cor.add_argument("--snapshot", action="store_true", help="then build train_corpus and heldout_eval_set")
     _snapshot_options(cor)
     cor.set_defaults(func=cmd_corpus)
+    _add_ingest_parser(sub)
 
     snap = sub.add_parser("snapshot", help="build the train_corpus and heldout_eval_set snapshots from the lake")
     _roots(snap, firehose=False)

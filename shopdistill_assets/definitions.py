@@ -11,6 +11,9 @@ daemon's sensors, run workers of schedules and backfills) resolves the same root
   SHOPDISTILL_LAKE             lake root (folder or s3://…), default `$SHOPDISTILL_HOME/lake`
   SHOPDISTILL_S3_ENDPOINT_URL  S3-compatible endpoint for both, e.g. a MinIO or moto server
   SHOPDISTILL_START_DATE       first daily partition, default 2026-11-01
+  SHOPDISTILL_ORO_API_URL      ORO's public API for oro_api_day, default https://api.oroagents.com
+  SHOPDISTILL_ORO_API_KEY      optional bearer token for it (never in metadata, logs or the lake)
+  SHOPDISTILL_ORO_LANDING      landing zone of ORO artifacts, default <firehose root>/_oro_landing
 AWS credentials and region come from boto3's usual chain (AWS_* variables, profile, role).
 """
 
@@ -26,11 +29,13 @@ from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.launcher import TrainingLauncher
+from resources.oro_api import OroApiResource
 from shopdistill_assets import settings
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
 from shopdistill_assets.day_funnel import FUNNEL_ASSETS
 from shopdistill_assets.evaluation import EVAL_ASSETS, EVAL_CHECKS
 from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.oro_ingest import oro_api_daily_job, oro_api_day, oro_api_day_sensor
 from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
 from shopdistill_assets.training import TRAINING_ASSETS
 from shopdistill_assets.training_data import TRAINING_DATA_ASSETS, TRAINING_DATA_CHECKS
@@ -44,13 +49,13 @@ def _with_automation(spec: AssetSpec) -> AssetSpec:
 # The table of contents of the pipeline, in flow order.
 ASSETS = [
     a.map_asset_specs(_with_automation)
-    for a in (raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS, *TRAINING_ASSETS,
-              *EVAL_ASSETS)
+    for a in (oro_api_day, raw_firehose, *CORPUS_ASSETS, *SPLIT_ASSETS, *FUNNEL_ASSETS, *TRAINING_DATA_ASSETS,
+              *TRAINING_ASSETS, *EVAL_ASSETS)
 ]
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]
-JOBS = [corpus_daily_job, *TRAINING_JOBS]
+JOBS = [corpus_daily_job, oro_api_daily_job, *TRAINING_JOBS]
 SCHEDULES = [corpus_daily_schedule]
-SENSORS = [firehose_day_sensor, *TRAINING_SENSORS]
+SENSORS = [firehose_day_sensor, oro_api_day_sensor, *TRAINING_SENSORS]
 
 
 def shopdistill_home():
@@ -79,7 +84,20 @@ def build_resources(
         "checkpoints": CheckpointStoreResource(root=EnvVar(settings.CHECKPOINTS), endpoint_url=_endpoint(),
                                                base_model=EnvVar(settings.BASE_MODEL)),
         "launcher": TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED)),
+        "oro_api": oro_api_resource(),
     }
+
+
+ORO_API_URL, ORO_API_KEY, ORO_LANDING = "SHOPDISTILL_ORO_API_URL", "SHOPDISTILL_ORO_API_KEY", "SHOPDISTILL_ORO_LANDING"
+
+
+def oro_api_resource() -> OroApiResource:
+    """ORO's API from the environment; a variable left unset keeps the resource's default
+    (an EnvVar of an unset variable would fail to resolve)."""
+    given = {field: EnvVar(var) for field, var in
+             (("base_url", ORO_API_URL), ("api_key", ORO_API_KEY), ("landing_root", ORO_LANDING))
+             if os.environ.get(var)}
+    return OroApiResource(**given)
 
 
 def build_definitions(

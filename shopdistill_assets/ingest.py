@@ -58,6 +58,9 @@ def inventory_markdown(inventory: Sequence[dict]) -> str:
 
 @asset(
     partitions_def=daily_partitions,
+    # Where the oro_api source is used, oro_api_day[day] writes the day file first (a run with
+    # both runs them in order and skips this one when the landing failed); otherwise unselected.
+    deps=["oro_api_day"],
     code_version="1",
     group_name="ingest",
     kinds={"python", "parquet"},

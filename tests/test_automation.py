@@ -21,6 +21,7 @@ from jobs.sensors import firehose_day_sensor
 from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.launcher import TrainingLauncher
+from resources.oro_api import OroApiResource
 from resources.lake import LakeResource
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ def in_order(arena, tmp_path_factory) -> LakeResource:
     resources = {"firehose": FirehoseResource(root=str(arena / "firehose")), "lake": lake,
                  # the training assets are in ASSETS too (not run here)
                  "checkpoints": CheckpointStoreResource(root=str(tmp_path_factory.mktemp("checkpoints"))),
-                 "launcher": TrainingLauncher()}
+                 "launcher": TrainingLauncher(), "oro_api": OroApiResource()}  # oro_api_day: not run here
     instance = dg.DagsterInstance.ephemeral()
     for day in DAYS:
         result = dg.materialize([*ASSETS, *ASSET_CHECKS], partition_key=day, resources=resources, instance=instance,

@@ -22,7 +22,7 @@ def test_definitions_load_and_validate():
     repository = defs.get_repository_def()
     asset_keys = {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()}
     assert "raw_firehose" in asset_keys
-    assert set(defs.resources) == {"firehose", "lake", "checkpoints", "launcher"}
+    assert set(defs.resources) == {"firehose", "lake", "checkpoints", "launcher", "oro_api"}
     for stage in ("sft", "resft", "teacher_sft", "kto", "dr_grpo"):
         assert f"{stage}_checkpoint" in asset_keys
         assert defs.resolve_job_def(f"train_{stage}") is not None
