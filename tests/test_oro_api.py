@@ -400,12 +400,7 @@ def test_the_conformance_uploads_land_as_their_joined_records(conformance_day):
                 assert value == expected[key], (k, key)
 
 
-FAILED_RUN_RULE = pytest.mark.xfail(
-    strict=False, reason="rule `failed_run` (a FAILED/TIMED_OUT run is rejected as failed_run, not empty_dialogue) "
-                         "comes with the corpus-rules change made in parallel; this branch says empty_dialogue")
-
-
-@pytest.mark.parametrize("line", [1, 2, pytest.param(3, marks=FAILED_RUN_RULE), 4])
+@pytest.mark.parametrize("line", [1, 2, 3, 4])
 def test_each_conformance_upload_gets_its_expected_fate(conformance_day, line):
     conformance, _, lake = conformance_day
     (want,) = [w for w in map(json.loads, (conformance / "expected.jsonl").read_text().splitlines())
