@@ -41,9 +41,9 @@ from .decide import (
     LEDGER_SCHEMA,
     STRUCTURAL_SCHEMA,
     DecideConfig,
+    decide_lines,
 )
 from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
-from .native import decide_lines as native_decide_lines
 from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
 from .recency import latest_copy
@@ -131,7 +131,7 @@ def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
 
 
 def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
-               decide: Decide = native_decide_lines) -> StagedFile:
+               decide: Decide = decide_lines) -> StagedFile:
     """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
     staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
     pending: list[bytes] = []
