@@ -47,7 +47,7 @@ from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.parts_pool import default_workers, run_parts
 
-CODE_VERSION = "corpus-4"  # bump when a per-row rule or the table layout changes
+CODE_VERSION = "corpus-5"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
 _STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),
@@ -197,6 +197,11 @@ class _Funnel:
         return rows
 
     def metadata(self, table: str) -> dict:
+        """The funnel of `table`; `dagster/row_count` is always the rows written to that table
+        (the ledger's funnel counts the lines kept elsewhere as its `kept`, not as its rows)."""
+        return {**self._funnel(table), "dagster/row_count": self.rows[table]}
+
+    def _funnel(self, table: str) -> dict:
         r = self.rows
         if table == "normalized_traces":
             return funnel_metadata(self.units, r[table], self.ledger(_STAGES_OF[table]), superseded=sum(

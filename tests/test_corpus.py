@@ -417,6 +417,8 @@ def test_materializations_carry_the_funnel_metadata(corpus):
             assert values[asset]["config"]["min_reasoning_score"] == 0.5
         assert s["kept"] == corpus.table("subtask_traces", day).height
         assert g["kept"] == corpus.table("gated_traces", day).height
+        for asset in (*FUNNEL_ASSETS, "subtask_traces"):  # the UI's row count is the table's, ledger included
+            assert values[asset]["dagster/row_count"] == corpus.table(asset, day).height, asset
         assert "| read | `truncated_file` | 1 |" in values["normalized_traces"]["reasons"]
 
 
