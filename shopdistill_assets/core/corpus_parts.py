@@ -259,8 +259,8 @@ def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[st
     result = SplitResult()
     loser_lines = superseded.column("source_line").to_numpy()
     details = superseded.column("detail")
-    # Memory-mapped: the staged batches are read in place, and only the rows a table takes are copied.
-    with pa.memory_map(str(staged.path), "r") as source, pa.ipc.open_stream(source) as batches:
+    # Read batch by batch (not memory-mapped: a mapping would keep the whole staged file resident).
+    with pa.OSFile(str(staged.path), "rb") as source, pa.ipc.open_stream(source) as batches:
         for batch in batches:
             if staged.corrupt:
                 ledger = _corrupt_rows(batch, staged.end, day, staged.name)
