@@ -345,6 +345,17 @@ def test_rematerializing_a_day_gives_identical_bytes(corpus, tmp_path):
             assert a.read_bytes() == b.read_bytes(), (asset, a.name)
 
 
+def test_agentic_traces_carry_the_verdict_not_the_text(corpus):
+    """agentic_traces is identity, scores and evidence; the trace text is in normalized and gated."""
+    from shopdistill_assets.core.decide import AGENTIC_SCHEMA, TRACE_TEXT_COLUMNS
+
+    for day in DAYS:
+        agentic, gated = corpus.table("agentic_traces", day), corpus.table("gated_traces", day)
+        assert agentic.columns == AGENTIC_SCHEMA.names and not set(TRACE_TEXT_COLUMNS) & set(agentic.columns)
+        assert set(TRACE_TEXT_COLUMNS) <= set(gated.columns) and gated.height
+        assert set(gated["trace_id"]) <= set(agentic["trace_id"])
+
+
 # ---- the shared real-shaped samples ----------------------------------------------------------------
 
 
