@@ -181,7 +181,7 @@ def core_pass(firehose_root: Path, scratch: Path, day: str) -> tuple[dict[str, f
     from resources.firehose import FirehoseResource
     from shopdistill_assets.core import corpus_parts as parts
     from shopdistill_assets.core.decide import DecideConfig
-    from shopdistill_assets.core.lines import LineReader
+    from shopdistill_assets.core.lines import count_units
 
     firehose = FirehoseResource(root=str(firehose_root))
     files = firehose.list_day(day)
@@ -203,11 +203,7 @@ def core_pass(firehose_root: Path, scratch: Path, day: str) -> tuple[dict[str, f
         for i, (s, sup) in enumerate(zip(staged, superseded))])
 
     def recount() -> int:
-        units = 0
-        for f in files:
-            reader = LineReader(firehose.day_file_chunks(f))
-            units += sum(1 for _ in reader) + (reader.end is not None)
-        return units
+        return sum(count_units(firehose.day_file_chunks(f)) for f in files)
 
     units = step("conservation recount", recount)
     counts = {

@@ -40,7 +40,7 @@ from resources.lake import LakeResource
 from shopdistill_assets.core import corpus_parts as parts
 from shopdistill_assets.core.decide import DecideConfig
 from shopdistill_assets.core.gates import GateConfig
-from shopdistill_assets.core.lines import LineReader
+from shopdistill_assets.core.lines import count_units as count_stream_units
 from shopdistill_assets.core.structural import StructuralConfig
 from shopdistill_assets.funnel import funnel_metadata
 from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
@@ -226,11 +226,10 @@ class _Funnel:
 
 def _count_file_units(params: dict, file: FirehoseFile, sha256: str) -> int:
     firehose, digest = FirehoseResource(**params), StoredDigest()
-    reader = LineReader(firehose.day_file_chunks(file, digest))
-    lines = sum(1 for _ in reader)
+    units = count_stream_units(firehose.day_file_chunks(file, digest))
     if digest.complete and digest.hexdigest() != sha256:
         raise FirehoseFileChanged(f"{file.name} changed since raw_firehose inventoried it: re-run raw_firehose")
-    return lines + (reader.end is not None)
+    return units
 
 
 def count_units(firehose: FirehoseResource, lake: LakeResource, day: str, workers: int = 1) -> int:

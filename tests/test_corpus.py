@@ -356,6 +356,29 @@ def test_agentic_traces_carry_the_verdict_not_the_text(corpus):
         assert set(gated["trace_id"]) <= set(agentic["trace_id"])
 
 
+@pytest.mark.parametrize("fault", [None, EOFError("cut"), ValueError("crc"), OSError("io")])
+def test_the_recount_counts_the_units_the_reader_hands_out(fault):
+    """conservation's recount (newlines only) == LineReader's units, however the stream is cut."""
+    import random
+
+    from shopdistill_assets.core.lines import LineReader, count_units
+
+    rng = random.Random(1)
+    for _ in range(200):
+        data = b"".join(rng.choice([b"\n", b"\r\n", b"{}", b"x" * rng.randint(1, 40)]) for _ in range(rng.randint(0, 30)))
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 6))))
+        pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+        def chunks():
+            yield from pieces
+            if fault is not None:
+                raise fault
+
+        reader = LineReader(chunks(), max_line_bytes=16)  # small: oversize lines are units too
+        expected = sum(1 for _ in reader) + (reader.end is not None)
+        assert count_units(chunks()) == expected, (data, pieces)
+
+
 # ---- the shared real-shaped samples ----------------------------------------------------------------
 
 
