@@ -3,10 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-NATIVE := $(VENV)/.native-built
 export SHOPDISTILL_HOME ?= $(CURDIR)/.shopdistill
 
-.PHONY: setup native demo test dev validate clean browser env
+.PHONY: setup demo test dev validate clean browser env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,18 +13,10 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: the CPU wheel on local disk. Unpinned, pip pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[train,dev,deploy]"
-	rm -f $(VENV)/.installed-* $(NATIVE)
+	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The corpus fast path (C, native/): `pip install -e` builds it; this rebuilds it when its sources change.
-$(NATIVE): $(STAMP) $(wildcard native/*.c native/*.h) setup.py
-	$(BIN)/python setup.py -q build_ext --inplace
-	$(BIN)/python -c "from shopdistill_assets.core import native; assert native.available(), 'C extension not importable'"
-	touch $@
-
-native: $(NATIVE)
-
-setup: $(STAMP) $(NATIVE)
+setup: $(STAMP)
 
 demo: setup
 	$(BIN)/shopdistill demo

@@ -40,14 +40,14 @@ from resources.lake import LakeResource
 from shopdistill_assets.core import corpus_parts as parts
 from shopdistill_assets.core.decide import DecideConfig
 from shopdistill_assets.core.gates import GateConfig
-from shopdistill_assets.core.lines import LineReader
+from shopdistill_assets.core.lines import count_units as count_stream_units
 from shopdistill_assets.core.structural import StructuralConfig
 from shopdistill_assets.funnel import funnel_metadata
 from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.parts_pool import default_workers, run_parts
 
-CODE_VERSION = "corpus-4"  # bump when a per-row rule or the table layout changes
+CODE_VERSION = "corpus-5"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
 _STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),
@@ -197,6 +197,11 @@ class _Funnel:
         return rows
 
     def metadata(self, table: str) -> dict:
+        """The funnel of `table`; `dagster/row_count` is always the rows written to that table
+        (the ledger's funnel counts the lines kept elsewhere as its `kept`, not as its rows)."""
+        return {**self._funnel(table), "dagster/row_count": self.rows[table]}
+
+    def _funnel(self, table: str) -> dict:
         r = self.rows
         if table == "normalized_traces":
             return funnel_metadata(self.units, r[table], self.ledger(_STAGES_OF[table]), superseded=sum(
@@ -221,11 +226,10 @@ class _Funnel:
 
 def _count_file_units(params: dict, file: FirehoseFile, sha256: str) -> int:
     firehose, digest = FirehoseResource(**params), StoredDigest()
-    reader = LineReader(firehose.day_file_chunks(file, digest))
-    lines = sum(1 for _ in reader)
+    units = count_stream_units(firehose.day_file_chunks(file, digest))
     if digest.complete and digest.hexdigest() != sha256:
         raise FirehoseFileChanged(f"{file.name} changed since raw_firehose inventoried it: re-run raw_firehose")
-    return lines + (reader.end is not None)
+    return units
 
 
 def count_units(firehose: FirehoseResource, lake: LakeResource, day: str, workers: int = 1) -> int:

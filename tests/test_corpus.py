@@ -345,6 +345,40 @@ def test_rematerializing_a_day_gives_identical_bytes(corpus, tmp_path):
             assert a.read_bytes() == b.read_bytes(), (asset, a.name)
 
 
+def test_agentic_traces_carry_the_verdict_not_the_text(corpus):
+    """agentic_traces is identity, scores and evidence; the trace text is in normalized and gated."""
+    from shopdistill_assets.core.decide import AGENTIC_SCHEMA, TRACE_TEXT_COLUMNS
+
+    for day in DAYS:
+        agentic, gated = corpus.table("agentic_traces", day), corpus.table("gated_traces", day)
+        assert agentic.columns == AGENTIC_SCHEMA.names and not set(TRACE_TEXT_COLUMNS) & set(agentic.columns)
+        assert set(TRACE_TEXT_COLUMNS) <= set(gated.columns) and gated.height
+        assert set(gated["trace_id"]) <= set(agentic["trace_id"])
+
+
+@pytest.mark.parametrize("fault", [None, EOFError("cut"), ValueError("crc"), OSError("io")])
+def test_the_recount_counts_the_units_the_reader_hands_out(fault):
+    """conservation's recount (newlines only) == LineReader's units, however the stream is cut."""
+    import random
+
+    from shopdistill_assets.core.lines import LineReader, count_units
+
+    rng = random.Random(1)
+    for _ in range(200):
+        data = b"".join(rng.choice([b"\n", b"\r\n", b"{}", b"x" * rng.randint(1, 40)]) for _ in range(rng.randint(0, 30)))
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 6))))
+        pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+        def chunks():
+            yield from pieces
+            if fault is not None:
+                raise fault
+
+        reader = LineReader(chunks(), max_line_bytes=16)  # small: oversize lines are units too
+        expected = sum(1 for _ in reader) + (reader.end is not None)
+        assert count_units(chunks()) == expected, (data, pieces)
+
+
 # ---- the shared real-shaped samples ----------------------------------------------------------------
 
 
@@ -417,6 +451,8 @@ def test_materializations_carry_the_funnel_metadata(corpus):
             assert values[asset]["config"]["min_reasoning_score"] == 0.5
         assert s["kept"] == corpus.table("subtask_traces", day).height
         assert g["kept"] == corpus.table("gated_traces", day).height
+        for asset in (*FUNNEL_ASSETS, "subtask_traces"):  # the UI's row count is the table's, ledger included
+            assert values[asset]["dagster/row_count"] == corpus.table(asset, day).height, asset
         assert "| read | `truncated_file` | 1 |" in values["normalized_traces"]["reasons"]
 
 

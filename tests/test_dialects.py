@@ -435,19 +435,3 @@ def test_dedupe_tie_goes_to_later_file_then_line(day_lines):
     assert kept2 == kept  # the winner does not depend on input order
 
 
-def test_fast_and_careful_paths_agree(monkeypatch, day_lines):
-    """The primary reader's fast path must give exactly the rows the careful path gives."""
-    from shopdistill_assets.core import dialects
-
-    records = [orjson.loads(raw) for raw in day_lines[:5]]
-    rec = records[0]
-    records += [_replace(rec, path, value) for path in _paths(rec) for value in HOSTILE_VALUES]
-
-    def run() -> list:
-        return [normalize_record(r, day=DAY, source_file="f", source_line=1) for r in records]
-
-    fast = run()
-    monkeypatch.setattr(dialects, "FAST_PATH", False)
-    careful = run()
-    assert fast == careful
-    assert sum(isinstance(r, dict) for r in fast) > 100

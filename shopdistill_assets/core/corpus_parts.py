@@ -1,8 +1,7 @@
 """The corpus path in one pass per line: stage each firehose file, dedupe the day, split.
 
     stage_file      (one task per file)  read lines (core/lines.py), decide each batch of lines
-                    (core/decide.py: normalize, classify, gate, in memory; through the compiled
-                    fast path of core/native.py where it is built), append the decided
+                    (core/decide.py: normalize, classify, gate, in memory), append the decided
                     rows to an Arrow IPC file: one row per input unit, in line order
     superseded_day  (the whole day)      which traces a later copy beat (core/recency.py)
     split_file      (one task per file)  the staged rows -> the day's tables with Arrow filters:
@@ -13,11 +12,10 @@ Every unit (a line, or the one fault that ends a damaged file) is one staged row
 exactly one of gated_traces, subtask_traces, rejected_traces. Memory is bounded per task:
 batches of at most BATCH_ROWS lines / BATCH_BYTES bytes, a row group of each output.
 
-Row groups reproduce the stage-by-stage layout (core/corpus_reference.py) so both give the
-same bytes: a trace table's row group is the rows of one slice of its input
-table (ROW_GROUP_ROWS rows; normalized: the file's traces before dedupe; agentic, subtask:
-normalized; gated: agentic); the ledger comes in row groups of LEDGER_GROUP_ROWS rows. Neither
-depends on how lines were batched.
+Row groups: a table's part takes the rows of consecutive staged batches until it holds about
+ROW_GROUP_ROWS rows (the ledger: LEDGER_GROUP_ROWS, as a ledger row keeps up to 64 KiB of raw
+line); batches are cut by BATCH_ROWS / BATCH_BYTES from the lines alone, so the same file
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -41,14 +39,14 @@ from .decide import (
     LEDGER_SCHEMA,
     STRUCTURAL_SCHEMA,
     DecideConfig,
+    decide_lines,
 )
 from .lines import MAX_LINE_BYTES, FileEnd, LineReader, OversizeLine
-from .native import decide_lines as native_decide_lines
 from .normalize import LedgerRow, ledger_row
 from .reasons import Reason, Rejection
 from .recency import latest_copy
 
-ROW_GROUP_ROWS = 2_000  # the trace tables' layout (see the module doc); not a batch size
+ROW_GROUP_ROWS = 2_000  # rows of a trace table's row group, about (see the module doc)
 BATCH_ROWS = 2_000  # lines decided at a time
 BATCH_BYTES = 8 * 1024 * 1024  # raw bytes of a batch of lines: rejected lines' text is held per batch only
 LEDGER_GROUP_ROWS = 1024  # a ledger row keeps up to 64 KiB of raw line: row groups stay <= ~64 MiB
@@ -131,7 +129,7 @@ def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
 
 
 def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
-               decide: Decide = native_decide_lines) -> StagedFile:
+               decide: Decide = decide_lines) -> StagedFile:
     """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
     staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
     pending: list[bytes] = []
@@ -196,41 +194,28 @@ def superseded_day(staged: Sequence[StagedFile]) -> list[pa.Table]:
 # ---- split -------------------------------------------------------------------------------
 
 
-class _GroupWriter:
-    """Rows in order, each with a row-group number: one Parquet row group per number."""
+class _TableWriter:
+    """One Parquet part: filtered slices of staged batches, buffered into row groups of about
+    `group_rows` rows (written as they come: the chunks are not combined first, no copy)."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        self.schema, self.rows = schema, 0
+    def __init__(self, path: Path, schema: pa.Schema, group_rows: int) -> None:
+        self.schema, self.rows, self._group_rows = schema, 0, group_rows
         self._writer = pq.ParquetWriter(path, schema, **final_options(schema))
-        self._group: int | None = None
         self._pending: list[pa.Table] = []
+        self._pending_rows = 0
 
-    def add(self, table: pa.Table, rows: np.ndarray, groups: np.ndarray) -> None:
-        """Append rows `rows` (ascending indexes into `table`) with their row-group numbers.
-
-        The rows of one group go in as one gathered chunk (`take`; a zero-copy slice when they
-        are consecutive): a file's rows alternate between the tables, and thousands of small
-        slices cost more to concatenate than one gather."""
-        if not len(rows):
-            return
-        cuts = np.flatnonzero(np.diff(groups) != 0) + 1
-        for start, stop in zip([0, *cuts], [*cuts, len(rows)]):
-            if groups[start] != self._group:
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._pending.append(table)
+            self._pending_rows += table.num_rows
+            if self._pending_rows >= self._group_rows:
                 self._flush()
-                self._group = int(groups[start])
-            picked = rows[start:stop]
-            if picked[-1] - picked[0] + 1 == len(picked):
-                self._pending.append(table.slice(int(picked[0]), len(picked)))
-            else:
-                self._pending.append(table.take(pa.array(picked)))
 
     def _flush(self) -> None:
         if self._pending:
-            # One chunk per row group: the bytes then depend on the rows only, not on batching.
-            table = pa.concat_tables(self._pending).combine_chunks()
-            self._writer.write_table(table)
-            self.rows += table.num_rows
-            self._pending = []
+            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=self._pending_rows)
+            self.rows += self._pending_rows
+            self._pending, self._pending_rows = [], 0
 
     def close(self) -> int:
         self._flush()
@@ -244,16 +229,6 @@ class SplitResult:
 
     outputs: dict[str, int] = field(default_factory=dict)
     reasons: Counter = field(default_factory=Counter)
-
-
-@dataclass
-class _Counters:
-    """Rows of the file seen so far as traces, normalized, agentic, ledger (row group numbers)."""
-
-    trace: int = 0
-    normalized: int = 0
-    agentic: int = 0
-    ledger: int = 0
 
 
 def _ledger_table(rows: pa.RecordBatch, superseded: np.ndarray, loser_lines: np.ndarray,
@@ -279,26 +254,26 @@ def _corrupt_rows(batch: pa.RecordBatch, end: FileEnd, day: str, name: str) -> p
 
 def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[str, Path]) -> SplitResult:
     """Staged rows of one file -> one Parquet part per table in TABLES (paths in `outs`)."""
-    writers = {name: _GroupWriter(outs[name], TABLE_SCHEMAS[name]) for name in TABLES}
-    result, at = SplitResult(), _Counters()
+    writers = {name: _TableWriter(outs[name], TABLE_SCHEMAS[name],
+                                  LEDGER_GROUP_ROWS if name == "rejected_traces" else ROW_GROUP_ROWS) for name in TABLES}
+    result = SplitResult()
     loser_lines = superseded.column("source_line").to_numpy()
     details = superseded.column("detail")
+    # Read batch by batch (not memory-mapped: a mapping would keep the whole staged file resident).
     with pa.OSFile(str(staged.path), "rb") as source, pa.ipc.open_stream(source) as batches:
         for batch in batches:
             if staged.corrupt:
                 ledger = _corrupt_rows(batch, staged.end, day, staged.name)
             else:
-                ledger = _split_batch(batch, loser_lines, details, writers, at)
-            writers["rejected_traces"].add(ledger, np.arange(ledger.num_rows),
-                                           (at.ledger + np.arange(ledger.num_rows)) // LEDGER_GROUP_ROWS)
-            at.ledger += ledger.num_rows
+                ledger = _split_batch(batch, loser_lines, details, writers)
+            writers["rejected_traces"].add(ledger)
             result.reasons.update(zip(ledger.column("stage").to_pylist(), ledger.column("reason").to_pylist()))
     result.outputs = {name: w.close() for name, w in writers.items()}
     return result
 
 
 def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.ChunkedArray,
-                 writers: dict[str, _GroupWriter], at: _Counters) -> pa.Table:
+                 writers: dict[str, _TableWriter]) -> pa.Table:
     """Route one staged batch to the trace tables; returns its ledger rows."""
     trace = _trace_mask(batch).to_numpy(zero_copy_only=False)
     superseded = trace & np.isin(batch.column("source_line").to_numpy(), loser_lines)
@@ -308,19 +283,10 @@ def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.Chu
     subtask = normalized & pc.fill_null(pc.equal(label, "subtask"), False).to_numpy(zero_copy_only=False)
     gated = agentic & pc.is_null(batch.column("stage")).to_numpy(zero_copy_only=False)
     table = pa.Table.from_batches([batch])
-    groups = {}
-    for name, mask in (("trace", trace), ("normalized", normalized), ("agentic", agentic)):
-        start = getattr(at, name)
-        groups[name] = (start + np.cumsum(mask) - 1) // ROW_GROUP_ROWS  # row group of each row in that table's input
-        setattr(at, name, start + int(mask.sum()))
-    canonical = table.select(list(CANONICAL_SCHEMA.names))
-    structural = table.select(list(STRUCTURAL_SCHEMA.names))
-    verdict = table.select(list(AGENTIC_SCHEMA.names))
-    for name, source, mask, group in (("normalized_traces", canonical, normalized, "trace"),
-                                      ("agentic_traces", verdict, agentic, "normalized"),
-                                      ("subtask_traces", structural, subtask, "normalized"),
-                                      ("gated_traces", structural, gated, "agentic")):
-        writers[name].add(source, np.flatnonzero(mask), groups[group][mask])
+    for name, mask in (("normalized_traces", normalized), ("agentic_traces", agentic),
+                       ("subtask_traces", subtask), ("gated_traces", gated)):
+        if mask.any():  # select first: only the table's columns are copied
+            writers[name].add(table.select(TABLE_SCHEMAS[name].names).filter(pa.array(mask)))
     ledger = ~(gated | subtask)
-    ledger_rows = batch.select(list(LEDGER_SCHEMA.names)).filter(pa.array(ledger))  # select first: no messages copied
+    ledger_rows = batch.select(list(LEDGER_SCHEMA.names)).filter(pa.array(ledger))
     return _ledger_table(ledger_rows, superseded[ledger], loser_lines, details)

@@ -112,3 +112,19 @@ class LineReader:
     def _line(self, line: bytes) -> bytes | OversizeLine:
         line = line.rstrip(b"\r")  # as the old readline-based reader did (it stripped "\r\n")
         return line if len(line) <= self._max else OversizeLine(len(line), line[:RAW_LINE_LIMIT])
+
+
+def count_units(chunks: Iterable[bytes]) -> int:
+    """The units LineReader would hand out for this stream, counted from the newlines alone:
+    one per line (an oversize line too), plus one for a stream that did not end cleanly (its
+    partial last line belongs to that unit). The conservation check recounts with it: no line
+    is sliced out, so the recount costs about the decompression."""
+    lines, open_line = 0, False
+    try:
+        for chunk in chunks:
+            if chunk:
+                lines += chunk.count(b"\n")
+                open_line = not chunk.endswith(b"\n")
+    except (EOFError, OSError, ValueError, zlib.error):
+        return lines + 1
+    return lines + open_line

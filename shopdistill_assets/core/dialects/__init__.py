@@ -53,10 +53,8 @@ from .problem_run import read_problem_run
 from .proxy_evidence import MAX_PROXY_CALLS_KEPT, PROXY_CONTENT_HEAD
 from .rollout import read_rollout
 
-FAST_PATH = True  # the primary reader's fast step path; tests turn it off to compare both paths
-
 __all__ = [
-    "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "FAST_PATH", "MAX_ID_CHARS", "MAX_MESSAGES",
+    "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "MAX_ID_CHARS", "MAX_MESSAGES",
     "MAX_PROXY_CALLS_KEPT", "MAX_QUERY_CHARS", "MAX_STEPS", "MAX_TOOL_CALLS",
     "OPENAI", "ORO_ENVELOPE", "ORO_EPISODE", "ORO_UPLOAD", "PRIMARY", "PROXY_CONTENT_HEAD", "ROLLOUT", "SYSTEM_PROMPT", "TOOL_SCHEMAS", "CanonicalTrace",
     "Dialect", "Reader", "Reason", "Rejection", "detect_dialect", "make_trace_id", "parse_updated_at",

@@ -1,13 +1,11 @@
 """Dialect `sn15.problem_run/v1`: a validator's record of one problem run (the primary dialect).
 
 Each step's tool calls carry their results, so a call and its tool turn come from the same
-place. A well-formed step goes through `_primary_step_fast`; anything surprising goes through
-`_primary_step`, which checks every field and names the fault.
+place. `_primary_step` checks every field of a step and names the fault.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import orjson
@@ -57,73 +55,6 @@ def _primary_header(obj: dict) -> dict | Rejection:
     if problem is not None and not isinstance(problem, dict):
         return _bad_type("problem", problem)
     return ids
-
-
-def _fast_path_on() -> bool:
-    """The switch `dialects.FAST_PATH`, read from the package where tests turn it off to check
-    that both paths give the same rows."""
-    return sys.modules[__package__].FAST_PATH
-
-
-_NO_PARAMETERS: dict = {}  # written as "{}", as a missing `parameters` is; never mutated
-
-
-def _primary_step_fast(step: Any, convo: _Dialogue) -> bool:
-    """The common, well-formed step in one pass, or False (nothing changed) for the careful path.
-
-    Any surprise (a missing key, a wrong type, an id already used, an empty think) sends the
-    step to `_primary_step`, which converts it the same way or names what is wrong.
-    """
-    message = step["completion"]["message"]
-    think, response, raw_calls = message["think"], message.get("response") or "", message.get("tool_call") or []
-    if type(think) is not str or not think or type(response) is not str or type(raw_calls) is not list:
-        return False
-    if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
-        return False  # the careful path names the limit
-    msg: dict[str, Any] = {"role": "assistant", "content": response, "reasoning_content": think}
-    if len(raw_calls) != 1:
-        return _many_calls_fast(raw_calls, msg, convo)
-    item = raw_calls[0]  # nearly every step: one call, and its result
-    name, cid = item["name"], item["tool_call_id"]
-    if type(name) is not str or not name or type(cid) is not str or not 0 < len(cid) <= 64 or cid in convo.ids:
-        return False
-    params = item.get("parameters", _NO_PARAMETERS)
-    arguments = params if type(params) is str else orjson.dumps(params).decode()
-    msg["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}]
-    if "result" in item:
-        convo.messages += (msg, {"role": "tool", "tool_call_id": cid, "content": orjson.dumps(item["result"]).decode()})
-    else:
-        convo.messages.append(msg)
-    convo.ids.add(cid)
-    convo.names.add(name)
-    convo.n_steps += 1
-    convo.n_tool_calls += 1
-    return True
-
-
-def _many_calls_fast(raw_calls: list, msg: dict[str, Any], convo: _Dialogue) -> bool:
-    """`_primary_step_fast` for a step of zero or several calls."""
-    used, calls, tools, ids, names = convo.ids, [], [], [], []
-    for item in raw_calls:
-        name, cid = item["name"], item["tool_call_id"]
-        if type(name) is not str or not name or type(cid) is not str or not 0 < len(cid) <= 64 or cid in used or cid in ids:
-            return False
-        params = item.get("parameters", _NO_PARAMETERS)
-        arguments = params if type(params) is str else orjson.dumps(params).decode()
-        calls.append({"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}})
-        ids.append(cid)
-        names.append(name)
-        if "result" in item:
-            tools.append({"role": "tool", "tool_call_id": cid, "content": orjson.dumps(item["result"]).decode()})
-    if calls:
-        msg["tool_calls"] = calls
-    convo.messages.append(msg)
-    convo.messages += tools
-    used.update(ids)
-    convo.names.update(names)
-    convo.n_steps += 1
-    convo.n_tool_calls += len(calls)
-    return True
 
 
 def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
@@ -192,16 +123,10 @@ def read_steps(dialogue: list, query: str) -> tuple[_Dialogue, _ProxyEvidence] |
     the bare upload carry the same steps."""
     convo = _Dialogue(SYSTEM_PROMPT, query)
     evidence = _ProxyEvidence()
-    fast = _fast_path_on()
     for i, step in enumerate(dialogue):
-        try:
-            done = fast and _primary_step_fast(step, convo)
-        except (KeyError, TypeError, AttributeError, orjson.JSONEncodeError):
-            done = False
-        if not done:
-            bad = _primary_step(step, i, convo)
-            if bad is not None:
-                return bad
+        bad = _primary_step(step, i, convo)
+        if bad is not None:
+            return bad
         extra = step.get("extra_info")
         evidence.add_step(extra if type(extra) is dict else {})
     return convo, evidence
