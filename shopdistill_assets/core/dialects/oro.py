@@ -21,7 +21,6 @@ from typing import Any
 from ..reasons import Reason, Rejection
 from .common import (
     MAX_ID_CHARS,
-    MAX_STEPS,
     ORO_ENVELOPE,
     ORO_EPISODE,
     ORO_UPLOAD,
@@ -29,15 +28,13 @@ from .common import (
     _bad_type,
     _content_digest,
     _dict,
-    _over_limit,
-    _query_over_limit,
     _str,
     _violation,
     failed_run,
     make_trace_id,
 )
 from .dialogue import _row
-from .problem_run import read_steps
+from .problem_run import read_query_and_steps
 
 _ENVELOPE_KEYS = ("status", "dialogue")
 
@@ -67,15 +64,8 @@ def _problem_id(v: Any) -> str | None:
 def _read_oro_steps(dialect: str, dialogue: list, header: dict, obj: Any, *, day: str, source_file: str,
                     source_line: int, parsed: dict | None) -> CanonicalTrace | Rejection:
     """The canonical row of ORO steps; `header` holds the run-level fields the shape carries."""
-    if len(dialogue) > MAX_STEPS:
-        return _over_limit("steps", len(dialogue), MAX_STEPS)
     first = _dict(_dict(dialogue[0]).get("extra_info"))
-    query = _str(first.get("query"))
-    if not query or not query.strip():
-        return Rejection.of(Reason.MISSING_QUERY, "dialogue[0].extra_info.query is empty")
-    if too_long := _query_over_limit(query):
-        return too_long
-    steps = read_steps(dialogue, query)
+    steps = read_query_and_steps(dialogue, _str(first.get("query")), "dialogue[0].extra_info.query")
     if isinstance(steps, Rejection):
         return steps
     convo, evidence = steps

@@ -99,14 +99,8 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
         return failed
     if not dialogue:
         return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={_str(obj.get('status'))!s}, no steps")
-    if len(dialogue) > MAX_STEPS:
-        return _over_limit("steps", len(dialogue), MAX_STEPS)
     query = _str(problem.get("query")) or _str(_dict(_dict(dialogue[0]).get("extra_info")).get("query"))
-    if not query or not query.strip():
-        return Rejection.of(Reason.MISSING_QUERY, "problem.query and dialogue[0].extra_info.query are empty")
-    if too_long := _query_over_limit(query):
-        return too_long
-    steps = read_steps(dialogue, query)
+    steps = read_query_and_steps(dialogue, query, "problem.query and dialogue[0].extra_info.query")
     if isinstance(steps, Rejection):
         return steps
     convo, evidence = steps
@@ -115,6 +109,18 @@ def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
         trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
         proxy_evidence=evidence.as_object(), parsed=parsed,
     )
+
+
+def read_query_and_steps(dialogue: list, query: str | None, where: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
+    """The checks every ORO shape makes before its steps (step count, then the query found at
+    `where`), then read_steps."""
+    if len(dialogue) > MAX_STEPS:
+        return _over_limit("steps", len(dialogue), MAX_STEPS)
+    if not query or not query.strip():
+        return Rejection.of(Reason.MISSING_QUERY, f"{where} {'are' if ' and ' in where else 'is'} empty")
+    if too_long := _query_over_limit(query):
+        return too_long
+    return read_steps(dialogue, query)
 
 
 def read_steps(dialogue: list, query: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
