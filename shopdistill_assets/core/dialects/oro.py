@@ -65,7 +65,8 @@ def _read_oro_steps(dialect: str, dialogue: list, header: dict, obj: Any, *, day
                     source_line: int, parsed: dict | None) -> CanonicalTrace | Rejection:
     """The canonical row of ORO steps; `header` holds the run-level fields the shape carries."""
     first = _dict(_dict(dialogue[0]).get("extra_info"))
-    steps = read_query_and_steps(dialogue, _str(first.get("query")), "dialogue[0].extra_info.query")
+    query = _str(first.get("query"))
+    steps = read_query_and_steps(dialogue, query, "dialogue[0].extra_info.query")
     if isinstance(steps, Rejection):
         return steps
     convo, evidence = steps
