@@ -64,11 +64,9 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
 
     resources = build_resources()
     # The jobs' raw output goes to each stage's stage.log; the terminal gets one line a stage.
-    from dagster import EnvVar
+    from resources.launcher import launcher_from_env
 
-    from resources.launcher import TrainingLauncher
-
-    resources["launcher"] = TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED), echo_output=False)
+    resources["launcher"] = launcher_from_env(echo_output=False)
     results = []
     for name in stages:
         stage = STAGES[name]
@@ -94,7 +92,7 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
                   f"over {m.get('problems')} problems x {eval_samples} samples")
         report = materialize_unpartitioned(resources, ["training_report"])
         if report.success:
-            print(f"report: {report.metadata.get('training_report', {}).get('plot')}")
+            print(f"report: {report.metadata.get('training_report', {}).get('plot_file')}")
     return results
 
 
