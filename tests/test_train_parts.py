@@ -253,20 +253,62 @@ def test_problem_sides_by_key_then_by_text():
     assert sorted(bad["side"].to_list()) == ["excluded", "heldout", "unknown"]
 
 
-def test_training_pod_spec_asks_for_gpus():
-    from resources.launcher import deepspeed_config, training_pod_spec
+HELM_POD_SPEC = json.dumps({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}})
 
-    spec = training_pod_spec(gpus=8, node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"})
-    container = spec["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8" and spec["restart_policy"] == "Never"
-    assert spec["node_selector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
-    assert spec["volumes"][0]["empty_dir"]["medium"] == "Memory"
+
+def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
+    """SHOPDISTILL_GPU_POD_SPEC picks the Kubernetes launcher; the pod Dagster Pipes would create
+    is built with dagster-k8s's own builder and the kubernetes models (no cluster)."""
+    from dagster_k8s.pipes import build_pod_body
+
+    from resources.launcher import deepspeed_config, launcher_from_env
+
+    assert launcher_from_env({}).kind == "local"
+    launcher = launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": HELM_POD_SPEC, "SHOPDISTILL_TRAIN_IMAGE": "train:abc",
+                                  "SHOPDISTILL_DEEPSPEED": "zero3", "SHOPDISTILL_MODEL_CACHE_CLAIM": "hf-cache"})
+    assert (launcher.kind, launcher.image, launcher.deepspeed_config, launcher.remote) == ("k8s", "train:abc", "zero3",
+                                                                                           True)
+    spec, command = launcher.pod("sft.py", "s3://models/ckpt/.runs/sft/r1/r1.yaml")
+    assert command == ["deepspeed", "--num_gpus", "8", "--num_nodes", "1", "--master_port", "29500",
+                       "/app/shopdistill_assets/train/sft.py", "--config", "s3://models/ckpt/.runs/sft/r1/r1.yaml"]
+    pod = build_pod_body("train-1", launcher.image, command, {"DAGSTER_PIPES_CONTEXT": "x"}, None, spec)
+    container = pod.spec.containers[0]
+    assert pod.spec.restart_policy == "Never" and container.image == "train:abc" and container.command == command
+    assert container.resources.limits["nvidia.com/gpu"] == container.resources.requests["nvidia.com/gpu"] == "8"
+    assert container.resources.requests["cpu"] == "64" and container.resources.requests["memory"] == "768Gi"
+    assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod.spec.tolerations[0].key == "nvidia.com/gpu" and pod.spec.tolerations[0].effect == "NoSchedule"
+    mounts = {m.name: m.mount_path for m in container.volume_mounts}
+    assert mounts == {"dshm": "/dev/shm", "cache": "/cache"}
+    volumes = {v.name: v for v in pod.spec.volumes}
+    assert volumes["dshm"].empty_dir.medium == "Memory"
+    assert volumes["cache"].persistent_volume_claim.claim_name == "hf-cache"
+    env = {e.name: e.value for e in container.env}
+    assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["DAGSTER_PIPES_CONTEXT"] == "x"  # the bootstrap Pipes adds, beside ours
+    # the stage config is a reference, not a value: no environment string grows with lineage
+    assert all(len(e.value or "") < 200 for e in container.env)
     for name, stage in (("zero2", 2), ("zero3", 3)):
         found, config = deepspeed_config(name)
         assert found == name and config["zero_optimization"]["stage"] == stage
     assert deepspeed_config("zero3")[1]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"]
     with pytest.raises(FileNotFoundError, match="zero2, zero3 or a JSON file"):
         deepspeed_config("zero9")
+    with pytest.raises(ValueError, match="JSON object"):
+        launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
+
+
+def test_one_stage_registry_names_script_config_and_dataset():
+    from shopdistill_assets.train import METHODS, STAGES
+
+    train_dir = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train"
+    for stage in STAGES.values():
+        assert (train_dir / stage.script).is_file() and stage.config_class.endswith("Config")
+    assert {s.method for s in STAGES.values()} == set(METHODS)
+    assert [s.dataset for s in STAGES.values() if s.method == "sft"] == ["train_corpus", "resft_dataset",
+                                                                          "teacher_sft_dataset"]
 
 
 def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
@@ -289,3 +331,80 @@ def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert (local_job_env()["TORCH_EXTENSIONS_DIR"], local_job_env()["OMP_NUM_THREADS"]) == ("/elsewhere", "3")
+
+
+# ---------------------------------------------------------------- lengths, batches, FLOPs
+
+
+def test_the_length_rule_is_the_format_gates():
+    from shopdistill_assets.core.gates import GateConfig
+    from shopdistill_assets.train.common import MAX_TOKENS, StageArgs
+    from shopdistill_assets.train.sft import DEFAULTS as SFT
+    from shopdistill_assets.train.kto import DEFAULTS as KTO
+
+    assert MAX_TOKENS == GateConfig.max_tokens == 14336
+    assert SFT["max_length"] == KTO["max_length"] == StageArgs().max_tokens == MAX_TOKENS
+
+
+def test_sft_rows_over_the_limit_are_dropped_or_keep_their_end():
+    from datasets import Dataset
+
+    from shopdistill_assets.train.sft import fit_length
+
+    rows = Dataset.from_dict({"input_ids": [[1, 2, 3], list(range(10, 20))],
+                              "assistant_masks": [[0, 1, 1], [0] * 6 + [1] * 4]})
+    kept, dropped, cut = fit_length(rows, 5, "drop")
+    assert (len(kept), dropped, cut) == (1, 1, 0) and kept["input_ids"] == [[1, 2, 3]]
+    ended, dropped, cut = fit_length(rows, 5, "keep_end")
+    assert (dropped, cut) == (0, 1)
+    assert ended["input_ids"][1] == [15, 16, 17, 18, 19] and ended["assistant_masks"][1] == [0, 1, 1, 1, 1]
+    with pytest.raises(SystemExit, match="too_long"):
+        fit_length(rows, 5, "keep_start")
+
+
+def test_kto_shuffle_mixes_the_labels_of_every_batch():
+    import random
+
+    from shopdistill_assets.train.kto import label_mix
+
+    as_written = [True] * 154 + [False] * 154  # one label block at a time, as kto_dataset writes
+    assert label_mix(as_written, 8)["batches_with_both_labels"] == 1  # only the batch across the boundary
+    shuffled = as_written[:]
+    random.Random(0).shuffle(shuffled)
+    mix = label_mix(shuffled, 8)
+    assert mix["batches"] == 39 and mix["batches_with_both_labels"] >= 36
+
+
+def test_completion_budget_follows_the_teachers_turns():
+    from shopdistill_assets.train.dr_grpo import completion_budget
+
+    turns = [100] * 90 + [400] * 10
+    assert completion_budget(turns, 0.95, 14336) == 512  # 400 * 1.25 -> 512 (multiples of 32)
+    assert completion_budget([40], 0.95, 14336) == 64 and completion_budget([], 0.95, 14336) == 1024
+    assert completion_budget([20000], 0.95, 14336) == 7168  # at most half the length rule
+
+
+def test_flops_per_token_counts_attention():
+    from shopdistill_assets.train.common import flops_per_token
+
+    n = 4_022_468_096  # Qwen3-4B
+    assert flops_per_token(n, 36, 2560, 0) == 6 * n
+    assert flops_per_token(n, 36, 2560, 16384) == pytest.approx(6 * n + 12 * 36 * 2560 * 16384)
+    assert flops_per_token(n, 36, 2560, 16384) / (6 * n) == pytest.approx(1.75, abs=0.01)
+
+
+def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+    from shopdistill_assets.train.dr_grpo import render_prompt
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
+    tools = json.dumps(list(TOOL_SCHEMAS.values()) if isinstance(TOOL_SCHEMAS, dict) else TOOL_SCHEMAS)
+    (sft,) = rows.sft_rows([{**TRACE, "tools": tools}], "corpus")
+    grpo = list(rows.grpo_rows([{**TRACE, "tools": tools}], "teacher"))
+    whole = tokenizer.apply_chat_template(sft["messages"], tools=json.loads(tools), tokenize=False)
+    for row in grpo:
+        prompt = render_prompt(tokenizer, row["prompt"], row["tools"])
+        assert "find_product" in prompt and "recommend_product" in prompt  # the schemas are in the context
+        assert whole.startswith(prompt.rsplit("<|im_start|>assistant", 1)[0])  # the context SFT trained on

@@ -163,7 +163,8 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
                    for p in (trained.root / "firehose" / f"day={day}").iterdir()}
         assert {f["file"]: f["sha256"] for f in lineage["firehose_files"][day]} == on_disk
     assert lineage["libraries"]["trl"] and lineage["libraries"]["deepspeed"] and "commit" in lineage["code"]
-    assert lineage["hyperparameters"]["max_steps"] == 2
+    assert lineage["hyperparameters"]["max_steps"] == 2 and lineage["effective"]["max_steps"] == 2
+    assert lineage["effective"]["max_tokens"] == 2048 and lineage["effective"]["report_to"] == ["tensorboard"]
     grpo = trained.store.lineage(trained.store.latest("dr_grpo"))["training"]
     assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
     kto = trained.store.lineage(trained.store.latest("kto"))
@@ -284,7 +285,7 @@ def test_unfiltered_corpus_and_the_outcome_filter_for_the_ablation(trained):
     sft = run(["sft_checkpoint"], trained.resources, trained.instance,
               ops={"sft_checkpoint": {**SMALL, "max_steps": 1, "only_successful": True}})
     lineage = trained.store.lineage(trained.store.get("sft", meta(sft, "sft_checkpoint")["version"]))
-    assert lineage["method"] == {"only_successful": True} and lineage["corpus"]["version"] == version
+    assert lineage["effective"]["only_successful"] is True and lineage["corpus"]["version"] == version
     successes = corpus.filter(pl.col("score") >= 1).height
     assert lineage["training"]["rows"] == successes < lineage["training"]["rows_read"] == corpus.height
     restored = run(["train_corpus"], trained.resources, trained.instance)
@@ -303,3 +304,91 @@ def test_rollouts_episode_deadline_is_configurable(trained):
     rollouts = trained.lake.read_snapshot("teacher_rollouts", version)
     assert rollouts.height > 0 and not rollouts["success"].any()
     assert set(rollouts["failure_reason"].unique()) == {"episode_timeout"}
+
+
+# ---------------------------------------------------------------- a stage as a pod runs it
+
+
+def _sft_snapshot(folder: Path, n: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shopdistill_assets.train import rows
+
+    tools = json.dumps([{"type": "function", "function": {"name": "find_product", "parameters": {}}}])
+    traces = []
+    for i in range(n):
+        calls = [{"id": "c1", "type": "function", "function": {"name": "find_product",
+                                                               "arguments": json.dumps({"q": f"kettle {i}"})}}]
+        messages = [{"role": "user", "content": f"a kettle {i}"}, {"role": "assistant", "content": "",
+                                                                   "reasoning_content": "search", "tool_calls": calls},
+                    {"role": "tool", "tool_call_id": "c1", "content": "[]"},
+                    {"role": "assistant", "content": "", "tool_calls": [{**calls[0], "id": "c2", "function": {
+                        "name": "recommend_product", "arguments": json.dumps({"product_ids": str(i)})}}]}]
+        traces.append({"trace_id": f"t{i}", "problem_id": f"p{i}", "query": "q", "category": "Product",
+                       "messages": json.dumps(messages), "tools": tools})
+    table = rows.to_table(rows.sft_rows(traces, "corpus"), rows.SFT_SCHEMA)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.append_column("score", pa.array([1.0] * n)), folder / "part-0.parquet")
+    return folder
+
+
+def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_path):
+    """What a GPU pod gets is URIs: the stage config (by reference), the parent checkpoint and
+    the dataset are s3:// objects the script fetches itself; it publishes to the S3 store. Killed
+    after its first saved step, the same stage run again resumes from the newest saved step, and
+    the lineage says so."""
+    import time
+
+    import boto3
+    import yaml
+
+    from shopdistill_assets.core.checkpoint_store import CheckpointStore
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    s3 = boto3.client("s3", endpoint_url=moto_s3)
+    for bucket in ("lake", "models"):
+        s3.create_bucket(Bucket=bucket)
+    store = CheckpointStore("s3://models/ckpt", endpoint_url=moto_s3, cache_dir=str(tmp_path / "cache"))
+    base = build_tiny_model(tmp_path / "base")
+    parent = store.publish("sft", Path(base), {"stage": "sft", "created_at": "2026-12-01"}, "# card")
+    for part in _sft_snapshot(tmp_path / "snapshot", 6).iterdir():
+        s3.upload_file(str(part), "lake", f"train/v1/{part.name}")
+    state = store.run_uri("resft", "run1", "state")
+    config = {"stage": "resft", "model_name_or_path": parent.uri, "dataset": "s3://lake/train/v1",
+              "output_dir": str(tmp_path / "pod1"), "publish_to": store.root, "s3_endpoint_url": moto_s3,
+              "lineage": {"parent": parent.to_dict(), "days": [], "dataset": {"asset": "resft_dataset", "version": "v1"}},
+              "state_uri": state, "max_steps": 400,
+              "save_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
+    config_uri = store.put_text(store.run_uri("resft", "run1", "run1.yaml"), yaml.safe_dump(config))
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"),
+              "--config", config_uri]
+    env = {**os.environ, "SHOPDISTILL_S3_ENDPOINT_URL": moto_s3}
+    pod = subprocess.Popen(script, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 400
+    while not store.exists(f"{state}/checkpoint-2/COMPLETE"):
+        assert pod.poll() is None, pod.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no step saved to the store"
+        time.sleep(0.5)
+    pod.kill()  # preempted
+    pod.wait()
+    saved = max(int(n.split("-")[1]) for n in store.children(state) if store.exists(f"{state}/{n}/COMPLETE"))
+    assert saved >= 2
+    again = subprocess.run([*script, "--max_steps", str(saved + 2), "--output_dir", str(tmp_path / "pod2")], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.returncode, again.stdout[-1500:], again.stderr[-1500:])
+    report = next(json.loads(line) for line in again.stdout.splitlines() if line.startswith('{"materialization"'))
+    meta_ = report["materialization"]
+    assert meta_["status"] == "trained" and meta_["uri"].startswith("s3://models/ckpt/resft/")
+    lineage = store.lineage(store.get("resft", meta_["version"]))
+    training = lineage["training"]
+    assert training["resumed_from_step"] == saved and training["steps"] == saved + 2
+    assert training["rows"] == training["rows_read"] == 6 and training["rows_too_long_dropped"] == 0
+    assert lineage["model"]["source"] == parent.uri  # fetched inside the stage, from S3
+    effective = lineage["effective"]
+    assert effective["learning_rate"] == 1e-3 and effective["max_tokens"] == 2048 and effective["use_peft"] is False
+    assert effective["only_successful"] is True and effective["warmup_steps"] == 0.03
+    version_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix=f"ckpt/resft/{meta_['version']}/")
+                    ["Contents"]]
+    assert any("/runs/" in k and "tfevents" in k for k in version_keys)  # training curves, with the checkpoint
+    assert not (tmp_path / "pod2" / "checkpoint").exists()  # the store has it; the pod's copy is gone
