@@ -15,10 +15,10 @@ SNAPSHOT_ASSETS = ["train_corpus", "train_problems", "train_rollouts", "teacher_
 
 # The demo's stages on the tiny model: a few optimizer steps each, small rollouts (CPU minutes).
 DEMO_OPS: dict[str, Any] = {
-    "sft_checkpoint": {"max_steps": 8, "max_length": 4096, "learning_rate": 1e-3},
-    "resft_checkpoint": {"max_steps": 4, "max_length": 4096, "learning_rate": 1e-3},
-    "teacher_sft_checkpoint": {"max_steps": 4, "max_length": 4096, "learning_rate": 1e-3},
-    "kto_checkpoint": {"max_steps": 2, "max_length": 4096, "per_device_train_batch_size": 2},
+    "sft_checkpoint": {"max_steps": 8, "learning_rate": 1e-3},
+    "resft_checkpoint": {"max_steps": 4, "learning_rate": 1e-3},
+    "teacher_sft_checkpoint": {"max_steps": 4, "learning_rate": 1e-3},
+    "kto_checkpoint": {"max_steps": 2, "per_device_train_batch_size": 2},
     "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 48,
                            "per_device_train_batch_size": 2},
     "train_problems": {"limit": 8},

@@ -35,7 +35,7 @@ START = date(2026, 11, 5)
 DAYS = [(START + timedelta(days=d)).isoformat() for d in range(2)]
 CORPUS_NAMES = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
                 "rejected_traces", "leak_clusters", "split_traces"]
-SMALL = {"max_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
+SMALL = {"max_steps": 2, "learning_rate": 1e-3}  # lengths: the format gate's rule (14,336)
 CHAIN_OPS = {
     "train_problems": {"limit": 5},
     "train_rollouts": {"samples": 2, "max_new_tokens": 48, "max_steps": 3},
@@ -44,7 +44,7 @@ CHAIN_OPS = {
     "sft_checkpoint": SMALL,
     "resft_checkpoint": SMALL,
     "teacher_sft_checkpoint": {**SMALL, "deepspeed": "zero3"},
-    "kto_checkpoint": {"max_steps": 2, "max_length": 2048, "per_device_train_batch_size": 2},
+    "kto_checkpoint": {"max_steps": 2, "per_device_train_batch_size": 2},
     "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 24,
                            "per_device_train_batch_size": 2, "episode_reward": True},
 }
@@ -164,7 +164,7 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
         assert {f["file"]: f["sha256"] for f in lineage["firehose_files"][day]} == on_disk
     assert lineage["libraries"]["trl"] and lineage["libraries"]["deepspeed"] and "commit" in lineage["code"]
     assert lineage["hyperparameters"]["max_steps"] == 2 and lineage["effective"]["max_steps"] == 2
-    assert lineage["effective"]["max_tokens"] == 2048 and lineage["effective"]["report_to"] == ["tensorboard"]
+    assert lineage["effective"]["max_tokens"] == 14336 and lineage["effective"]["report_to"] == ["tensorboard"]
     grpo = trained.store.lineage(trained.store.latest("dr_grpo"))["training"]
     assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
     kto = trained.store.lineage(trained.store.latest("kto"))
