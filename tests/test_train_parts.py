@@ -408,3 +408,24 @@ def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
         prompt = render_prompt(tokenizer, row["prompt"], row["tools"])
         assert "find_product" in prompt and "recommend_product" in prompt  # the schemas are in the context
         assert whole.startswith(prompt.rsplit("<|im_start|>assistant", 1)[0])  # the context SFT trained on
+
+
+def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
+    import base64
+
+    from shopdistill_assets.core.training_report import curve_markdown, png_markdown, stages_figure, stages_table
+
+    def row(policy, asr, problems=30, samples=4):
+        return {"policy": policy, "checkpoint": "", "asr": asr, "pass_at_1": asr, "pass_at_k": {"4": asr},
+                "problems": problems, "samples": samples}
+
+    rows_ = [row("base", 0.1), row("sft", 0.3), row("random", 0.02), row("oracle", 1.0, samples=1)]
+    fig = stages_figure(rows_)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "random ASR (n=30x4)" in labels and "oracle ASR (n=30x1)" in labels
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["base\nn=30x4", "sft\nn=30x4"]
+    markdown = png_markdown(fig, "report")
+    assert base64.b64decode(markdown.split("base64,", 1)[1].rstrip(")"))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| samples |" in stages_table(rows_).splitlines()[0]
+    curve = curve_markdown("sft", [[1, 2.5], [2, 2.0], [3, 1.5]])
+    assert "data:image/png;base64," in curve and "loss 2.5000 -> 1.5000" in curve

@@ -133,6 +133,8 @@ def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
         training = lineage["training"]
         if training.get("trained", True):
             assert training["steps"] == 2 and training["losses_finite"]
+            assert m["loss_curve"].startswith("![") and "data:image/png;base64," in m["loss_curve"]  # inline
+            assert lineage["effective"]["max_tokens"] == 14336 and "revision" in lineage["model"]
             assert all(math.isfinite(x) for x in training["losses"])
             assert m["deepspeed"] == ("zero3" if name == "teacher_sft" else "zero2")
         else:  # nothing to learn: the parent's weights, passed on, and said so
@@ -392,3 +394,32 @@ def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_p
                     ["Contents"]]
     assert any("/runs/" in k and "tfevents" in k for k in version_keys)  # training curves, with the checkpoint
     assert not (tmp_path / "pod2" / "checkpoint").exists()  # the store has it; the pod's copy is gone
+
+
+def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
+    """`--use_peft` (TRL's ModelConfig) trains a LoRA adapter; the checkpoint is the merged full
+    model, so the next stage and serving load it like any other; lineage records the LoRA values."""
+    from transformers import AutoModelForCausalLM
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "base")
+    config = tmp_path / "stage.yaml"
+    config.write_text(json.dumps({"stage": "sft", "model_name_or_path": str(base), "output_dir": str(tmp_path / "out"),
+                                  "dataset": str(_sft_snapshot(tmp_path / "snapshot", 4)), "max_steps": 2,
+                                  "learning_rate": 1e-2, "report_to": [], "lineage": {"days": []}}))
+    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"
+    done = subprocess.run([sys.executable, str(script), "--config", str(config), "--use_peft", "--lora_r", "4",
+                           "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "out" / "checkpoint"
+    lineage = json.loads((folder / "lineage.json").read_text())
+    assert lineage["training"]["steps"] == 2 and lineage["effective"]["use_peft"] is True
+    assert (lineage["effective"]["lora_r"], lineage["effective"]["lora_alpha"]) == (4, 8)
+    assert not (folder / "adapter_config.json").exists() and (folder / "model.safetensors").exists()
+    merged = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    original = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not merged.state_dict()[q].equal(original.state_dict()[q])  # the adapter is in the weights
+    assert merged.state_dict()["model.layers.0.mlp.up_proj.weight"].equal(original.state_dict()["model.layers.0.mlp.up_proj.weight"])
