@@ -423,3 +423,58 @@ def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not merged.state_dict()[q].equal(original.state_dict()[q])  # the adapter is in the weights
     assert merged.state_dict()["model.layers.0.mlp.up_proj.weight"].equal(original.state_dict()["model.layers.0.mlp.up_proj.weight"])
+
+
+TWO_RANKS = '''
+import sys
+import deepspeed, torch
+from transformers import AutoModelForCausalLM
+from shopdistill_assets.train.common import model_params, rank, reporting
+deepspeed.init_distributed(dist_backend="gloo")
+ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                            "stage3_gather_16bit_weights_on_model_save": True}}
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])  # ZeRO-3 partitions it at initialize
+engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), config=ds)
+ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+loss = engine(input_ids=ids, labels=ids).loss
+engine.backward(loss)
+engine.step()
+local = sum(p.numel() for p in engine.module.parameters())
+state = engine._zero3_consolidated_16bit_state_dict()  # every rank takes part; rank 0 gets the weights
+with reporting() as pipes:
+    if pipes is not None:
+        pipes.report_asset_materialization(metadata={
+            "rank": rank(), "params": model_params(engine.module), "local_numel": local, "loss": float(loss),
+            "gathered": sum(v.numel() for v in (state or {}).values())})
+'''
+
+
+def test_two_ranks_on_cpu_report_from_rank_0_and_gather_the_weights(tmp_path):
+    """Two DeepSpeed ranks over gloo (the raw engine: HF's trainer refuses two CPU processes):
+    ZeRO-3 partitions the weights, the parameter count the report uses is the whole model's,
+    saving gathers every shard to rank 0, and only rank 0 reports."""
+    import socket
+
+    from transformers import AutoModelForCausalLM
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "base")
+    total = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(base).parameters())
+    (tmp_path / "ranks.py").write_text(TWO_RANKS)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "ranks.py"), str(base)], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in (0, 1)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    reports = [[json.loads(line)["materialization"] for line in out.splitlines() if line.startswith('{"materi')]
+               for out, _ in outputs]
+    assert len(reports[0]) == 1 and reports[1] == []  # rank 0 alone
+    (report,) = reports[0]
+    assert report["rank"] == 0 and report["params"] == total and report["local_numel"] < total
+    assert report["gathered"] >= total and math.isfinite(report["loss"])

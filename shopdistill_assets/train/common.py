@@ -452,8 +452,13 @@ def save_and_publish(args: StageArgs, trainer: Any, summary: dict[str, Any], pip
     if pipes is not None:
         pipes.report_asset_materialization(
             metadata={"status": "trained", "version": version, "sha256": sha, "uri": uri,
-                      **{k: v for k, v in summary.items() if k not in ("losses", "loss_curve")}},
+                      **{k: _pipes_value(v) for k, v in summary.items() if k not in ("losses", "loss_curve")}},
             data_version=sha)
+
+
+def _pipes_value(value: Any) -> Any:
+    """Pipes metadata takes scalars as they are; a dict or list goes as typed JSON."""
+    return {"raw_value": value, "type": "json"} if isinstance(value, (dict, list)) else value
 
 
 def base_revision(model_path: str) -> str | None:
