@@ -429,3 +429,45 @@ def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
     assert "| samples |" in stages_table(rows_).splitlines()[0]
     curve = curve_markdown("sft", [[1, 2.5], [2, 2.0], [3, 1.5]])
     assert "data:image/png;base64," in curve and "loss 2.5000 -> 1.5000" in curve
+
+
+def test_the_checkpoint_carries_the_template_it_was_trained_with(tmp_path):
+    """Qwen3's own template drops an earlier turn's think block at serving, while TRL trains with
+    its prefix-preserving template (every turn alike, empty <think></think> included). The
+    checkpoint takes the training template, so serving renders a dialogue's history exactly as
+    SFT trained it."""
+    from pathlib import Path as P
+
+    import trl
+    from transformers import AutoTokenizer
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.train.common import adopt_training_template
+    from trl.chat_template_utils import get_training_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
+    tokenizer.chat_template = (P(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    (sft,) = rows.sft_rows([TRACE], "corpus")
+    messages = sft["messages"]  # the second assistant turn has no reasoning
+    history = messages[:4] + [{**messages[4], "reasoning_content": None}, messages[5]]
+
+    def prefix_preserving(tok) -> bool:  # every prefix a served request could hold renders as trained
+        whole = tok.apply_chat_template(history, tokenize=False)
+        return all(whole.startswith(tok.apply_chat_template(history[:cut], tokenize=False))
+                   for cut in range(2, len(history) + 1))
+
+    class Trainer:  # what SFTTrainer holds after init: the template it trains with
+        chat_template = get_training_chat_template(tokenizer)
+
+    assert Trainer.chat_template and not prefix_preserving(tokenizer)  # Qwen3's own template disagrees
+    assert adopt_training_template(Trainer(), tokenizer) == "training"
+    assert tokenizer.chat_template == Trainer.chat_template and prefix_preserving(tokenizer)
+    tokenizer.save_pretrained(tmp_path / "saved")  # as the checkpoint has it: the tool-call parser survives
+    saved = AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert saved.chat_template == Trainer.chat_template
+    assert getattr(saved, "response_template", None) or getattr(saved, "response_schema", None)
+
+    class Plain:
+        chat_template = None
+
+    assert adopt_training_template(Plain(), tokenizer) == "original"

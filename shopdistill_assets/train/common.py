@@ -471,6 +471,27 @@ def base_revision(model_path: str) -> str | None:
         return None
 
 
+def adopt_training_template(trainer: Any, tokenizer: Any) -> str:
+    """When the tokenizer's template is not prefix-preserving (Qwen3's own drops the think block
+    of earlier turns) TRL trains with its prefix-preserving one (every turn alike, empty
+    `<think></think>` included); the checkpoint then carries that template, so the next stages and
+    serving render a dialogue's earlier turns exactly as they were trained. The tool-call parser
+    of the original template is kept (TRL recognizes templates by their exact text)."""
+    from trl.chat_template_utils import add_response_schema, is_chat_template_prefix_preserving
+
+    template = getattr(trainer, "chat_template", None)
+    if not template or is_chat_template_prefix_preserving(tokenizer):
+        return "original"
+    try:
+        add_response_schema(tokenizer)
+    except ValueError:  # a template TRL does not know: nothing to keep
+        pass
+    tokenizer.chat_template = template
+    if getattr(trainer, "processing_class", None) is not None and trainer.processing_class is not tokenizer:
+        trainer.processing_class.chat_template = template
+    return "training"
+
+
 def setup_tensorboard(output_dir: str) -> None:
     """TensorBoard event files under output_dir/runs (transformers reads TENSORBOARD_LOGGING_DIR)."""
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(output_dir) / TENSORBOARD_DIR))

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shopdistill_assets.train.common import (
-    StageArgs, base_revision, effective, fit, load_rows, local_model, model_init, nothing_to_learn, parse_stage,
-    peft_config, pipes_callback, run_stage, save_and_publish, setup_tensorboard, state_callback,
+    StageArgs, adopt_training_template, base_revision, effective, fit, load_rows, local_model, model_init,
+    nothing_to_learn, parse_stage, peft_config, pipes_callback, run_stage, save_and_publish, setup_tensorboard,
+    state_callback,
 )
 
 DEFAULTS = {"loss_type": "dr_grpo", "scale_rewards": "none", "num_generations": 4, "per_device_train_batch_size": 4,
@@ -133,11 +134,12 @@ def train(argv, pipes) -> int:
                           processing_class=tokenizer, callbacks=[callback, state_callback(args)],
                           peft_config=peft_config(model_args, config),
                           **({"environment_factory": environment} if environment is not None else {}))
+    template = adopt_training_template(trainer, tokenizer)
     summary = fit(trainer, callback, args, config.output_dir)
     rewards = [x.get("reward") for x in trainer.state.log_history if isinstance(x.get("reward"), (int, float))]
     summary.update(counts, loss_type=config.loss_type, scale_rewards=config.scale_rewards,
                    mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
-                   episode_reward=bool(environment), prompt_tools="environment" if environment else "dataset")
+                   episode_reward=bool(environment), chat_template=template, prompt_tools="environment" if environment else "dataset")
     record = {"effective": effective(config, model_args, args, limit),
               "model": {"source": source, "revision": base_revision(model_args.model_name_or_path)}}
     save_and_publish(args, trainer, summary, pipes, record)

@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass, field
 
 from shopdistill_assets.train.common import (
-    MAX_TOKENS, StageArgs, base_revision, capped_length, effective, fit, load_rows, local_model, model_init,
-    nothing_to_learn, parse_stage, peft_config, pipes_callback, run_stage, save_and_publish, setup_tensorboard,
-    state_callback,
+    MAX_TOKENS, StageArgs, adopt_training_template, base_revision, capped_length, effective, fit, load_rows,
+    local_model, model_init, nothing_to_learn, parse_stage, peft_config, pipes_callback, run_stage,
+    save_and_publish, setup_tensorboard, state_callback,
 )
 
 DEFAULTS = {"assistant_only_loss": True, "max_length": MAX_TOKENS, "per_device_train_batch_size": 1,
@@ -81,6 +81,7 @@ def train(argv, pipes) -> int:
     trainer = SFTTrainer(model=model_args.model_name_or_path, args=config, train_dataset=rows,
                          processing_class=tokenizer, callbacks=[callback, state_callback(args)],
                          peft_config=peft_config(model_args, config))
+    template = adopt_training_template(trainer, tokenizer)
     trainer.train_dataset, dropped, cut = fit_length(trainer.train_dataset, limit, args.too_long)
     counts = {"rows_read": read, "rows": len(trainer.train_dataset), "rows_too_long_dropped": dropped,
               "rows_too_long_kept_end": cut}
@@ -90,7 +91,7 @@ def train(argv, pipes) -> int:
     summary = fit(trainer, callback, args, config.output_dir)
     record = {"effective": effective(config, model_args, args, limit),
               "model": {"source": source, "revision": base_revision(model_args.model_name_or_path)}}
-    save_and_publish(args, trainer, {**summary, **counts}, pipes, record)
+    save_and_publish(args, trainer, {**summary, **counts, "chat_template": template}, pipes, record)
     return 0
 
 
