@@ -416,6 +416,7 @@ def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
     folder = tmp_path / "out" / "checkpoint"
     lineage = json.loads((folder / "lineage.json").read_text())
     assert lineage["training"]["steps"] == 2 and lineage["effective"]["use_peft"] is True
+    assert lineage["effective"]["report_to"] == [] and not (folder / "runs").exists()  # the user's report_to kept
     assert (lineage["effective"]["lora_r"], lineage["effective"]["lora_alpha"]) == (4, 8)
     assert not (folder / "adapter_config.json").exists() and (folder / "model.safetensors").exists()
     merged = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
