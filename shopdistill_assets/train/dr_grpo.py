@@ -139,7 +139,8 @@ def train(argv, pipes) -> int:
     rewards = [x.get("reward") for x in trainer.state.log_history if isinstance(x.get("reward"), (int, float))]
     summary.update(counts, loss_type=config.loss_type, scale_rewards=config.scale_rewards,
                    mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
-                   episode_reward=bool(environment), chat_template=template, prompt_tools="environment" if environment else "dataset")
+                   episode_reward=bool(environment), chat_template=template,
+                   prompt_tools="environment" if environment else "dataset")
     record = {"effective": effective(config, model_args, args, limit),
               "model": {"source": source, "revision": base_revision(model_args.model_name_or_path)}}
     save_and_publish(args, trainer, summary, pipes, record)
