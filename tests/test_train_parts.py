@@ -471,3 +471,15 @@ def test_the_checkpoint_carries_the_template_it_was_trained_with(tmp_path):
         chat_template = None
 
     assert adopt_training_template(Plain(), tokenizer) == "original"
+
+
+def test_the_definitions_pick_the_gpu_pod_launcher_by_configuration(monkeypatch, tmp_path):
+    from shopdistill_assets.definitions import build_definitions
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path))
+    monkeypatch.delenv("SHOPDISTILL_GPU_POD_SPEC", raising=False)
+    assert build_definitions().resources["launcher"].kind == "local"
+    monkeypatch.setenv("SHOPDISTILL_GPU_POD_SPEC", HELM_POD_SPEC)
+    monkeypatch.setenv("SHOPDISTILL_TRAIN_IMAGE", "train:1")
+    launcher = build_definitions().resources["launcher"]
+    assert (launcher.kind, launcher.image, launcher.pod("kto.py", "s3://b/c.yaml")[1][2]) == ("k8s", "train:1", "8")
