@@ -261,6 +261,15 @@ class CheckpointStore:
             self.put_text(marker, uri)
         return uri
 
+    def remove_tree(self, uri: str) -> None:
+        """Delete everything under a URI of this root (superseded resumable state)."""
+        if not self.is_s3:
+            shutil.rmtree(uri, ignore_errors=True)
+            return
+        bucket, prefix = self._split(uri)
+        for key in self._keys(bucket, prefix + "/"):
+            self._s3().delete_object(Bucket=bucket, Key=key)
+
     def exists(self, uri: str) -> bool:
         if not self.is_s3:
             return Path(uri).exists()

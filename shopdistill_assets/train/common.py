@@ -312,7 +312,8 @@ def _complete(store: Any, uri: str) -> bool:
 
 
 def state_callback(args: StageArgs):
-    """After each save (every `save_steps`), rank 0 copies checkpoint-N to `state_uri`, marker last."""
+    """After each save (every `save_steps`), rank 0 copies checkpoint-N to `state_uri`, marker last,
+    then drops the older steps there (only the newest complete one is resumed from)."""
     from transformers import TrainerCallback
 
     class StateCallback(TrainerCallback):
@@ -327,6 +328,9 @@ def state_callback(args: StageArgs):
                 store = CheckpointStore(args.publish_to, endpoint_url=args.s3_endpoint_url)
                 store.upload_tree(folder, f"{args.state_uri}/{name}")
                 store.put_text(f"{args.state_uri}/{name}/COMPLETE", str(state.global_step))
+                for old in store.children(args.state_uri):
+                    if old.startswith("checkpoint-") and old != name:
+                        store.remove_tree(f"{args.state_uri}/{old}")
 
     return StateCallback()
 
