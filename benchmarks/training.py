@@ -2,6 +2,7 @@
 
     python benchmarks/training.py [--size tiny|small] [--model PATH_OR_HF_ID] [--steps 8]
                                   [--deepspeed zero2] [--peak-tflops 989] [--out DIR]
+    python benchmarks/training.py --memory [--seq 16384]     # per-GPU memory of Qwen3-4B, no run
 
 Builds a small simulated arena, the conversational SFT rows of its gated traces, KTO rows and
 GRPO prompts (the same row builders the assets use), then launches `sft.py`, `kto.py` and
@@ -92,6 +93,8 @@ def build_datasets(work: Path) -> dict[str, str]:
 def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.Namespace) -> dict:
     from resources.launcher import deepspeed_config, local_job_env
 
+    import yaml
+
     trainer = {"max_steps": args.steps, "logging_steps": 1, "learning_rate": 1e-4}
     if method in ("sft", "kto"):
         trainer["max_length"] = args.max_length
@@ -99,13 +102,13 @@ def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.
         trainer["per_device_train_batch_size"] = 2
     if method == "dr_grpo":
         trainer.update(num_generations=4, max_completion_length=64, per_device_train_batch_size=4)
-    config = {"stage": f"bench-{method}", "model": model, "dataset": dataset, "output_dir": str(work / method),
-              "trainer": trainer, "deepspeed": deepspeed_config(args.deepspeed)[1],
+    config = {"stage": f"bench-{method}", "model_name_or_path": model, "dataset": dataset,
+              "output_dir": str(work / method), **trainer, "deepspeed": deepspeed_config(args.deepspeed)[1],
               "lineage": {"parent": {"base_model": model}, "dataset": {"asset": method}, "days": []},
-              "peak_tflops": args.peak_tflops}
+              "peak_tflops": args.peak_tflops, "report_to": []}
     Path(config["output_dir"]).mkdir(parents=True, exist_ok=True)
-    path = work / f"{method}.json"
-    path.write_text(json.dumps(config))
+    path = work / f"{method}.yaml"
+    path.write_text(yaml.safe_dump(config))
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     started = time.monotonic()
     proc = subprocess.run([launcher, "--num_gpus", str(args.gpus), str(REPO / "shopdistill_assets" / "train" /
@@ -119,8 +122,54 @@ def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.
     return {**reports[-1]["materialization"], "process_wall_s": round(wall, 1)}
 
 
+# Qwen3-4B's shape (its config.json); the parameter count is taken from the model built on the
+# meta device (no weights, no hub): 4,022,468,096 with tied embeddings.
+QWEN3_4B = {"vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True}
+GPUS = {"H200": 141, "H100": 80}  # GB of HBM
+
+
+def qwen3_4b_params() -> int:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_4B))
+    return sum(p.numel() for p in model.parameters())
+
+
+def memory_gb(n: int, gpus: int, zero: int, seq: int, shape: dict = QWEN3_4B) -> dict[str, float]:
+    """Per-GPU memory of full fine-tuning with AdamW in bf16 mixed precision (GB = 1e9 bytes):
+    bf16 weights 2N, bf16 grads 2N, fp32 master + Adam m, v 12N; ZeRO-2 splits grads and
+    optimizer over the GPUs, ZeRO-3 the weights too. Activations of one sequence of `seq` tokens
+    with gradient checkpointing: each layer's input (2·s·h bytes a layer), one layer recomputed
+    (~34·s·h bytes, flash attention: no s² scores) and the fp32 logits with their gradient (8·s·V)."""
+    h, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    weights = 2 * n / (gpus if zero == 3 else 1)
+    grads_optim = (2 * n + 12 * n) / (gpus if zero >= 2 else 1)
+    activations = 2 * seq * h * layers + 34 * seq * h + 8 * seq * vocab
+    total = weights + grads_optim + activations
+    return {"weights": weights / 1e9, "grads+optimizer": grads_optim / 1e9, "activations": activations / 1e9,
+            "total": total / 1e9}
+
+
+def memory_table(seq: int) -> int:
+    n = qwen3_4b_params()
+    print(f"Qwen3-4B: N = {n:,} parameters (meta device); one sequence of {seq:,} tokens per GPU, "
+          "gradient checkpointing, AdamW, bf16")
+    print(f"{'setup':<22} {'weights':>8} {'grad+opt':>9} {'activ.':>7} {'total GB':>9} {'HBM':>5}  fits")
+    for label, gpus, kind, zero in (("1xH200 ZeRO-2", 1, "H200", 2), ("8xH100 ZeRO-2", 8, "H100", 2),
+                                    ("8xH100 ZeRO-3", 8, "H100", 3)):
+        m = memory_gb(n, gpus, zero, seq)
+        print(f"{label:<22} {m['weights']:>8.1f} {m['grads+optimizer']:>9.1f} {m['activations']:>7.1f} "
+              f"{m['total']:>9.1f} {GPUS[kind]:>5}  {'yes' if m['total'] < 0.9 * GPUS[kind] else 'no'}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memory", action="store_true", help="print the Qwen3-4B per-GPU memory table and exit")
+    parser.add_argument("--seq", type=int, default=16384, help="--memory: tokens per sequence")
     parser.add_argument("--size", choices=["tiny", "small"], default="tiny")
     parser.add_argument("--model", help="a Hugging Face id or local checkpoint instead of a built one")
     parser.add_argument("--steps", type=int, default=8)
@@ -130,6 +179,8 @@ def main() -> int:
     parser.add_argument("--peak-tflops", type=float, help="per-GPU peak for MFU (H200 bf16 dense: 989)")
     parser.add_argument("--out", help="work folder to keep (default: a temp folder)")
     args = parser.parse_args()
+    if args.memory:
+        return memory_table(args.seq)
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-train-"))
     work.mkdir(parents=True, exist_ok=True)
     model = args.model or build_model(args.size, work / f"model-{args.size}")

@@ -1,10 +1,11 @@
 """Launching a stage script as a DeepSpeed job through Dagster Pipes.
 
-    local  PipesSubprocessClient runs `deepspeed --num_gpus N <script> --config stage.json` on this
-           machine (on CPU: DeepSpeed's CPU accelerator over gloo, one process);
+    local  PipesSubprocessClient runs `deepspeed --num_gpus N <script> --config <stage.yaml>` on
+           this machine (on CPU: DeepSpeed's CPU accelerator over gloo, one process);
     k8s    PipesK8sClient (dagster-k8s, the `deploy` extra) runs the same command in a pod of the
-           training image with GPU limits; the stage then reads its dataset from the S3 lake and
-           publishes to the S3 checkpoint store itself.
+           training image on one whole GPU node (one rank per GPU); the config, the parent model,
+           the dataset and the catalogue are s3:// URIs the stage fetches itself, and it
+           publishes to the S3 checkpoint store. Chosen by SHOPDISTILL_GPU_POD_SPEC (`launcher_from_env`).
 Rank 0 alone reports through Pipes (see `shopdistill_assets/train/common.py`).
 """
 
@@ -25,8 +26,9 @@ from pydantic import Field
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEEPSPEED_CONFIGS = REPO_ROOT / "deploy" / "deepspeed"
-SCRIPTS = {"sft": "sft.py", "kto": "kto.py", "dr_grpo": "dr_grpo.py"}
-CONFIG_ENV = "SHOPDISTILL_STAGE_CONFIG"
+GPU_POD_SPEC_ENV = "SHOPDISTILL_GPU_POD_SPEC"
+TRAIN_IMAGE_ENV = "SHOPDISTILL_TRAIN_IMAGE"
+IMAGE_APP = "/app"  # where the training image installs the project
 
 
 def deepspeed_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
@@ -46,26 +48,60 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def training_pod_spec(*, gpus: int, node_selector: dict[str, str] | None = None, shm_gi: int = 64,
-                      tolerate_gpu_taint: bool = True, service_account: str | None = None) -> dict[str, Any]:
-    """The pod spec PipesK8sClient merges its container into: GPU limits, GPU nodes, a large
-    /dev/shm for NCCL, and no restarts (a failed stage is a failed run, retried by Dagster)."""
+GPU_NODE_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# NCCL inside one node: fail fast on a hung collective instead of waiting for the 30-minute default,
+# and say which transport was chosen (the first question when a multi-GPU stage is slow).
+NCCL_ENV = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_P2P_LEVEL": "NVL",
+            "TORCH_NCCL_BLOCKING_WAIT": "0", "OMP_NUM_THREADS": "8", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1"}
+CACHE_MOUNT = "/cache"  # the image's HF_HOME and TORCH_EXTENSIONS_DIR live here
+
+
+def gpu_pod_spec(overrides: dict[str, Any] | None = None, *, gpus: int = 8, shm_gi: int = 64,
+                 cache_claim: str | None = None, service_account: str | None = None) -> dict[str, Any]:
+    """The pod spec (Kubernetes camelCase) a stage runs in: all `gpus` of one GPU node, CPU and
+    memory requests sized to them, a large /dev/shm for NCCL, a model cache volume (a claim that
+    outlives the pod, or an emptyDir), GPU-node selection and taint toleration, no restarts (a
+    failed stage is a failed run, retried by Dagster). `overrides` is SHOPDISTILL_GPU_POD_SPEC:
+    pod keys (nodeSelector, tolerations, affinity, serviceAccountName, priorityClassName) and the
+    container's `resources` and `env`, which win over these defaults."""
+    overrides = dict(overrides or {})
+    gpus = int(((overrides.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", gpus))
+    resources = {"limits": {"nvidia.com/gpu": str(gpus), "memory": f"{120 * gpus}Gi"},
+                 "requests": {"nvidia.com/gpu": str(gpus), "cpu": str(8 * gpus), "memory": f"{96 * gpus}Gi"}}
+    for part in ("limits", "requests"):
+        resources[part].update((overrides.get("resources") or {}).get(part) or {})
+    env = {**NCCL_ENV, **{e["name"]: e["value"] for e in overrides.get("env") or []}}
+    cache = ({"name": "cache", "persistentVolumeClaim": {"claimName": cache_claim}} if cache_claim
+             else {"name": "cache", "emptyDir": {"sizeLimit": "200Gi"}})
     spec: dict[str, Any] = {
-        "restart_policy": "Never",
+        "restartPolicy": "Never",
+        "nodeSelector": overrides.get("nodeSelector") or {"nvidia.com/gpu.present": "true"},
+        "tolerations": overrides.get("tolerations") or [GPU_NODE_TAINT],
         "containers": [{
-            "name": "dagster-pipes-execution",
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}},
-            "volume_mounts": [{"name": "dshm", "mount_path": "/dev/shm"}],
+            "name": "dagster-pipes-execution", "resources": resources,
+            "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "cache", "mountPath": CACHE_MOUNT}],
         }],
-        "volumes": [{"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gi}Gi"}}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}, cache],
     }
-    if node_selector:
-        spec["node_selector"] = node_selector
-    if tolerate_gpu_taint:
-        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    if service_account:
-        spec["service_account_name"] = service_account
+    for key in ("affinity", "serviceAccountName", "priorityClassName"):
+        if overrides.get(key):
+            spec[key] = overrides[key]
+    if service_account and "serviceAccountName" not in spec:
+        spec["serviceAccountName"] = service_account
     return spec
+
+
+def pod_gpus(spec: dict[str, Any]) -> int:
+    return int(spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+
+
+def launch_command(script: str, config_uri: str, gpus: int, launcher: str = "deepspeed",
+                   master_port: int = 29500) -> list[str]:
+    """One process per GPU of the node (DeepSpeed's launcher sets RANK/LOCAL_RANK/WORLD_SIZE)."""
+    return [launcher, "--num_gpus", str(gpus), "--num_nodes", "1", "--master_port", str(master_port), script,
+            "--config", config_uri]
 
 
 def local_job_env() -> dict[str, str]:
@@ -92,25 +128,33 @@ def torch_extensions_dir() -> Path:
 
 
 class TrainingLauncher(ConfigurableResource):
-    """Where and how stage scripts run."""
+    """Where and how stage scripts run: `local` (deepspeed on this machine) or `k8s` (a GPU pod)."""
 
-    kind: Literal["local", "k8s"] = Field(default="local", description="local deepspeed, or a Kubernetes pod")
-    num_gpus: int = Field(default=1, description="processes per node (local CPU: 1)")
+    kind: Literal["local", "k8s"] = Field(default="local", description="local deepspeed, or a Kubernetes GPU pod")
+    num_gpus: int = Field(default=1, description="local: processes (CPU: 1); k8s: GPUs of the node unless the pod "
+                          "spec says")
     deepspeed_config: str = Field(default="zero2", description="zero2 | zero3 | a JSON file")
-    work_dir: str | None = Field(default=None, description="local scratch for stage configs and outputs "
+    work_dir: str | None = Field(default=None, description="local scratch for stage outputs "
                                  "(default SHOPDISTILL_HOME/train-runs)")
     echo_output: bool = Field(default=True, description="local: also stream the job's output to this process's "
                               "stdout (the run's compute logs); stage.log always has it")
     peak_tflops: float | None = Field(default=None, description="per-GPU peak for MFU reporting (H200 bf16 dense: 989)")
     image: str | None = Field(default=None, description="k8s: the training image")
     namespace: str = Field(default="default", description="k8s: namespace of the training pods")
-    node_selector_json: str = Field(default="{}", description='k8s: e.g. {"nvidia.com/gpu.product": "NVIDIA-H200"}')
+    pod_spec_json: str = Field(default="{}", description="k8s: SHOPDISTILL_GPU_POD_SPEC, JSON: nodeSelector, "
+                               "tolerations, affinity, serviceAccountName, and the container's resources and env")
+    cache_claim: str | None = Field(default=None, description="k8s: a PersistentVolumeClaim for the model cache")
     service_account: str | None = Field(default=None, description="k8s: service account (S3 access)")
 
-    def script_path(self, method: str) -> str:
-        if self.kind == "k8s":  # inside the training image, the package is installed
-            return f"/app/shopdistill_assets/train/{SCRIPTS[method]}"
-        return str(REPO_ROOT / "shopdistill_assets" / "train" / SCRIPTS[method])
+    @property
+    def remote(self) -> bool:
+        """The stage shares no folder with the orchestrator: everything travels as s3:// URIs."""
+        return self.kind == "k8s"
+
+    def script_path(self, script: str) -> str:
+        if self.remote:  # inside the training image, the package is installed
+            return f"{IMAGE_APP}/shopdistill_assets/train/{script}"
+        return str(REPO_ROOT / "shopdistill_assets" / "train" / script)
 
     def stage_dir(self, stage: str, run_id: str) -> Path:
         from shopdistill_assets.instance import project_home
@@ -120,52 +164,73 @@ class TrainingLauncher(ConfigurableResource):
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def launch(self, context: Any, method: str, stage_config: dict[str, Any]) -> dict[str, Any]:
-        """Run the stage; returns what rank 0 reported (metadata, data_version)."""
-        stage_config = {**stage_config, "peak_tflops": self.peak_tflops}
-        if self.kind == "k8s":
-            return self._launch_k8s(context, method, stage_config)
-        return self._launch_local(context, method, stage_config)
+    def output_dir(self, stage: str, run_id: str) -> str:
+        return f"{CACHE_MOUNT}/runs/{stage}/{run_id}" if self.remote else str(self.stage_dir(stage, run_id))
 
-    def _launch_local(self, context: Any, method: str, stage_config: dict[str, Any]) -> dict[str, Any]:
+    def pod(self, script: str, config_uri: str) -> tuple[dict[str, Any], list[str]]:
+        """(pod spec, command) of a k8s stage: what PipesK8sClient is given."""
+        spec = gpu_pod_spec(json.loads(self.pod_spec_json or "{}"), gpus=self.num_gpus, cache_claim=self.cache_claim,
+                            service_account=self.service_account)
+        return spec, launch_command(self.script_path(script), config_uri, pod_gpus(spec))
+
+    def launch(self, context: Any, script: str, config_uri: str, output_dir: str,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run the stage script on its config (by reference); returns what rank 0 reported."""
+        if self.remote:
+            return self._launch_k8s(context, script, config_uri, env or {})
+        return self._launch_local(context, script, config_uri, output_dir, env or {})
+
+    def _launch_local(self, context: Any, script: str, config_uri: str, output_dir: str,
+                      env: dict[str, str]) -> dict[str, Any]:
         from dagster import Failure, PipesSubprocessClient
         from dagster._core.errors import DagsterPipesExecutionError
 
-        config_path = Path(stage_config["output_dir"]) / "stage.json"
-        config_path.write_text(json.dumps(stage_config, indent=1, default=str))
         launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
         if launcher is None:
             raise FileNotFoundError("the `deepspeed` launcher is not installed (pip install '.[train]')")
-        command = [launcher, "--num_gpus", str(self.num_gpus), "--master_port", str(_free_port()),
-                   self.script_path(method), "--config", str(config_path)]
-        env = local_job_env()
+        command = launch_command(self.script_path(script), config_uri, self.num_gpus, launcher, _free_port())
         # The job's output goes to the run's compute logs and to stage.log, whose end becomes the
         # failure's description: a failed stage says why on the run page and in the CLI.
-        log = Path(stage_config["output_dir"]) / "stage.log"
+        log = Path(output_dir) / "stage.log"
         sink = f"tee -a {shlex.quote(str(log))}" if self.echo_output else f"cat >> {shlex.quote(str(log))}"
         shell = f"set -o pipefail; {shlex.join(command)} 2>&1 | {sink}"
         try:
-            invocation = PipesSubprocessClient(env=env).run(context=context, command=["bash", "-c", shell],
-                                                            cwd=stage_config["output_dir"])
+            invocation = PipesSubprocessClient(env={**local_job_env(), **env}).run(
+                context=context, command=["bash", "-c", shell], cwd=output_dir)
         except DagsterPipesExecutionError as exc:
-            raise Failure(description=f"{stage_config['stage']}: the DeepSpeed job failed ({exc}); its log {log} "
-                                      f"ends with:\n{_tail(log)}", allow_retries=False) from None
+            raise Failure(description=f"{Path(output_dir).parent.name}: the DeepSpeed job failed ({exc}); its log "
+                                      f"{log} ends with:\n{_tail(log)}", allow_retries=False) from None
         return _reported(invocation)
 
-    def _launch_k8s(self, context: Any, method: str, stage_config: dict[str, Any]) -> dict[str, Any]:
+    def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str]) -> dict[str, Any]:
         from dagster_k8s import PipesK8sClient  # the `deploy` extra
 
         if not self.image:
-            raise ValueError("TrainingLauncher(kind='k8s') needs `image`")
-        # The stage config travels as an environment variable: the pod shares no folder with us.
-        command = ["deepspeed", "--num_gpus", str(self.num_gpus), self.script_path(method),
-                   "--config", f"env:{CONFIG_ENV}"]
-        spec = training_pod_spec(gpus=self.num_gpus, node_selector=json.loads(self.node_selector_json) or None,
-                                 service_account=self.service_account)
+            raise ValueError("TrainingLauncher(kind='k8s') needs `image` (SHOPDISTILL_TRAIN_IMAGE)")
+        spec, command = self.pod(script, config_uri)
         invocation = PipesK8sClient().run(context=context, image=self.image, command=command,
-                                          namespace=self.namespace, base_pod_spec=spec,
-                                          env={CONFIG_ENV: json.dumps(stage_config, default=str)})
+                                          namespace=self.namespace, base_pod_spec=spec, env=env)
         return _reported(invocation)
+
+
+def launcher_from_env(environ: Any = os.environ, **local: Any) -> TrainingLauncher:
+    """The launcher the settings name: a GPU pod when SHOPDISTILL_GPU_POD_SPEC is set (Helm sets
+    it), else local deepspeed. SHOPDISTILL_TRAIN_IMAGE names the image (default: the code image)."""
+    from shopdistill_assets import settings
+
+    deepspeed = environ.get(settings.DEEPSPEED) or settings.DEFAULT_DEEPSPEED
+    spec = environ.get(GPU_POD_SPEC_ENV)
+    if not spec:
+        return TrainingLauncher(deepspeed_config=deepspeed, **local)
+    parsed = json.loads(spec)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{GPU_POD_SPEC_ENV} must be a JSON object (nodeSelector, tolerations, resources, …)")
+    return TrainingLauncher(kind="k8s", deepspeed_config=deepspeed, pod_spec_json=spec,
+                            image=environ.get(TRAIN_IMAGE_ENV) or environ.get("SHOPDISTILL_IMAGE"),
+                            namespace=environ.get("DAGSTER_K8S_NAMESPACE") or "default",
+                            cache_claim=environ.get("SHOPDISTILL_MODEL_CACHE_CLAIM") or None,
+                            peak_tflops=float(environ["SHOPDISTILL_PEAK_TFLOPS"])
+                            if environ.get("SHOPDISTILL_PEAK_TFLOPS") else None)
 
 
 def _tail(log: Path, lines: int = 12) -> str:

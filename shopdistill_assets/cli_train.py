@@ -15,10 +15,10 @@ SNAPSHOT_ASSETS = ["train_corpus", "train_problems", "train_rollouts", "teacher_
 
 # The demo's stages on the tiny model: a few optimizer steps each, small rollouts (CPU minutes).
 DEMO_OPS: dict[str, Any] = {
-    "sft_checkpoint": {"max_steps": 8, "max_length": 4096, "learning_rate": 1e-3},
-    "resft_checkpoint": {"max_steps": 4, "max_length": 4096, "learning_rate": 1e-3},
-    "teacher_sft_checkpoint": {"max_steps": 4, "max_length": 4096, "learning_rate": 1e-3},
-    "kto_checkpoint": {"max_steps": 2, "max_length": 4096, "per_device_train_batch_size": 2},
+    "sft_checkpoint": {"max_steps": 8, "learning_rate": 1e-3},
+    "resft_checkpoint": {"max_steps": 4, "learning_rate": 1e-3},
+    "teacher_sft_checkpoint": {"max_steps": 4, "learning_rate": 1e-3},
+    "kto_checkpoint": {"max_steps": 2, "per_device_train_batch_size": 2},
     "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 48,
                            "per_device_train_batch_size": 2},
     "train_problems": {"limit": 8},
@@ -64,11 +64,9 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
 
     resources = build_resources()
     # The jobs' raw output goes to each stage's stage.log; the terminal gets one line a stage.
-    from dagster import EnvVar
+    from resources.launcher import launcher_from_env
 
-    from resources.launcher import TrainingLauncher
-
-    resources["launcher"] = TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED), echo_output=False)
+    resources["launcher"] = launcher_from_env(echo_output=False)
     results = []
     for name in stages:
         stage = STAGES[name]
@@ -94,7 +92,7 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
                   f"over {m.get('problems')} problems x {eval_samples} samples")
         report = materialize_unpartitioned(resources, ["training_report"])
         if report.success:
-            print(f"report: {report.metadata.get('training_report', {}).get('plot')}")
+            print(f"report: {report.metadata.get('training_report', {}).get('plot_file')}")
     return results
 
 

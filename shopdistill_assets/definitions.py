@@ -28,7 +28,7 @@ from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
 from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
-from resources.launcher import TrainingLauncher
+from resources.launcher import launcher_from_env
 from resources.oro_api import OroApiResource
 from shopdistill_assets import settings
 from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
@@ -83,7 +83,7 @@ def build_resources(
         "lake": LakeResource(root=EnvVar(settings.LAKE), endpoint_url=_endpoint()),
         "checkpoints": CheckpointStoreResource(root=EnvVar(settings.CHECKPOINTS), endpoint_url=_endpoint(),
                                                base_model=EnvVar(settings.BASE_MODEL)),
-        "launcher": TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED)),
+        "launcher": launcher_from_env(),  # a GPU pod when SHOPDISTILL_GPU_POD_SPEC is set, else local
         "oro_api": oro_api_resource(),
     }
 

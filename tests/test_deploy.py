@@ -74,6 +74,15 @@ def test_compose_file_is_complete_and_consistent():
     assert workspace["host"] == "code" and workspace["port"] == 4000
 
 
+def test_the_training_image_python_is_the_base_images():
+    """ubuntu24.04 ships python3.12: the image installs that one (3.11 is not in its archive)."""
+    dockerfile = (DEPLOY / "training" / "Dockerfile").read_text()
+    base = re.search(r"^FROM (\S+)", dockerfile, re.M).group(1)
+    assert base.endswith("ubuntu24.04") and "python3.12" in dockerfile and "python3.11" not in dockerfile
+    for path in re.findall(r"^COPY (\S+)", dockerfile, re.M):
+        assert (REPO / path).exists(), path
+
+
 def test_the_image_installs_this_project_and_serves_its_code_location():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     module = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]
@@ -93,9 +102,17 @@ def test_helm_values_match_the_chart_keys_we_use():
     production = load("dagster.yaml")["run_launcher"]["config"]
     assert [c["name"] for c in launcher["envConfigMaps"]] == production["env_config_maps"]
     assert [s["name"] for s in launcher["envSecrets"]] == production["env_secrets"]
-    gpu = yaml.safe_load(next(e["value"] for e in deployment["env"] if e["name"] == "SHOPDISTILL_GPU_POD_SPEC"))
-    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    env = {e["name"]: e["value"] for e in deployment["env"]}
+    gpu = yaml.safe_load(env["SHOPDISTILL_GPU_POD_SPEC"])
+    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "8"  # a whole node: one rank per GPU
     assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert deployment["includeConfigInLaunchedRuns"]["enabled"]  # run workers see these settings
+    from resources.launcher import launcher_from_env  # what the run worker builds from them
+
+    launcher = launcher_from_env(env)
+    assert launcher.kind == "k8s" and launcher.image == env["SHOPDISTILL_TRAIN_IMAGE"] and launcher.peak_tflops == 989
+    spec, command = launcher.pod("sft.py", "s3://b/ckpt/.runs/sft/r/r.yaml")
+    assert command[:3] == ["deepspeed", "--num_gpus", "8"] and spec["tolerations"] == gpu["tolerations"]
 
 
 @pytest.mark.parametrize("name", ["dagster.yaml", "compose/dagster.yaml"])

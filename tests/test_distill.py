@@ -141,14 +141,15 @@ def test_sft_outcome_filter_keeps_successful_rows():
 
     from shopdistill_assets.train.sft import successful
     from shopdistill_assets.train import STAGES
-    from shopdistill_assets.training import StageTrainConfig, stage_method
+    from shopdistill_assets.train.sft import SFTScriptArgs
+    from shopdistill_assets.training import StageTrainConfig
 
     rows = Dataset.from_list([{"trace_id": str(i), "score": s} for i, s in enumerate([1.0, 0.0, None, 1.0])])
     assert successful(rows)["trace_id"] == ["0", "3"]
     assert len(successful(Dataset.from_list([{"trace_id": "x"}]))) == 1  # rollout datasets carry no score
-    assert stage_method(STAGES["sft"], StageTrainConfig(only_successful=True)) == {"only_successful": True}
-    assert stage_method(STAGES["resft"], StageTrainConfig()) == {}
-    assert stage_method(STAGES["dr_grpo"], StageTrainConfig())["episode_reward"] is False
+    assert SFTScriptArgs().only_successful is True  # the ORO paper's choice, the default
+    assert StageTrainConfig(only_successful=False).overrides() == {"only_successful": False}  # passed through
+    assert STAGES["sft"].script == "sft.py"
 
 
 def test_report_checks_the_goals(tmp_path):

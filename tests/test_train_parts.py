@@ -253,20 +253,62 @@ def test_problem_sides_by_key_then_by_text():
     assert sorted(bad["side"].to_list()) == ["excluded", "heldout", "unknown"]
 
 
-def test_training_pod_spec_asks_for_gpus():
-    from resources.launcher import deepspeed_config, training_pod_spec
+HELM_POD_SPEC = json.dumps({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}})
 
-    spec = training_pod_spec(gpus=8, node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"})
-    container = spec["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8" and spec["restart_policy"] == "Never"
-    assert spec["node_selector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
-    assert spec["volumes"][0]["empty_dir"]["medium"] == "Memory"
+
+def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
+    """SHOPDISTILL_GPU_POD_SPEC picks the Kubernetes launcher; the pod Dagster Pipes would create
+    is built with dagster-k8s's own builder and the kubernetes models (no cluster)."""
+    from dagster_k8s.pipes import build_pod_body
+
+    from resources.launcher import deepspeed_config, launcher_from_env
+
+    assert launcher_from_env({}).kind == "local"
+    launcher = launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": HELM_POD_SPEC, "SHOPDISTILL_TRAIN_IMAGE": "train:abc",
+                                  "SHOPDISTILL_DEEPSPEED": "zero3", "SHOPDISTILL_MODEL_CACHE_CLAIM": "hf-cache"})
+    assert (launcher.kind, launcher.image, launcher.deepspeed_config, launcher.remote) == ("k8s", "train:abc", "zero3",
+                                                                                           True)
+    spec, command = launcher.pod("sft.py", "s3://models/ckpt/.runs/sft/r1/r1.yaml")
+    assert command == ["deepspeed", "--num_gpus", "8", "--num_nodes", "1", "--master_port", "29500",
+                       "/app/shopdistill_assets/train/sft.py", "--config", "s3://models/ckpt/.runs/sft/r1/r1.yaml"]
+    pod = build_pod_body("train-1", launcher.image, command, {"DAGSTER_PIPES_CONTEXT": "x"}, None, spec)
+    container = pod.spec.containers[0]
+    assert pod.spec.restart_policy == "Never" and container.image == "train:abc" and container.command == command
+    assert container.resources.limits["nvidia.com/gpu"] == container.resources.requests["nvidia.com/gpu"] == "8"
+    assert container.resources.requests["cpu"] == "64" and container.resources.requests["memory"] == "768Gi"
+    assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod.spec.tolerations[0].key == "nvidia.com/gpu" and pod.spec.tolerations[0].effect == "NoSchedule"
+    mounts = {m.name: m.mount_path for m in container.volume_mounts}
+    assert mounts == {"dshm": "/dev/shm", "cache": "/cache"}
+    volumes = {v.name: v for v in pod.spec.volumes}
+    assert volumes["dshm"].empty_dir.medium == "Memory"
+    assert volumes["cache"].persistent_volume_claim.claim_name == "hf-cache"
+    env = {e.name: e.value for e in container.env}
+    assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["DAGSTER_PIPES_CONTEXT"] == "x"  # the bootstrap Pipes adds, beside ours
+    # the stage config is a reference, not a value: no environment string grows with lineage
+    assert all(len(e.value or "") < 200 for e in container.env)
     for name, stage in (("zero2", 2), ("zero3", 3)):
         found, config = deepspeed_config(name)
         assert found == name and config["zero_optimization"]["stage"] == stage
     assert deepspeed_config("zero3")[1]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"]
     with pytest.raises(FileNotFoundError, match="zero2, zero3 or a JSON file"):
         deepspeed_config("zero9")
+    with pytest.raises(ValueError, match="JSON object"):
+        launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
+
+
+def test_one_stage_registry_names_script_config_and_dataset():
+    from shopdistill_assets.train import METHODS, STAGES
+
+    train_dir = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train"
+    for stage in STAGES.values():
+        assert (train_dir / stage.script).is_file() and stage.config_class.endswith("Config")
+    assert {s.method for s in STAGES.values()} == set(METHODS)
+    assert [s.dataset for s in STAGES.values() if s.method == "sft"] == ["train_corpus", "resft_dataset",
+                                                                          "teacher_sft_dataset"]
 
 
 def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
@@ -289,3 +331,155 @@ def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert (local_job_env()["TORCH_EXTENSIONS_DIR"], local_job_env()["OMP_NUM_THREADS"]) == ("/elsewhere", "3")
+
+
+# ---------------------------------------------------------------- lengths, batches, FLOPs
+
+
+def test_the_length_rule_is_the_format_gates():
+    from shopdistill_assets.core.gates import GateConfig
+    from shopdistill_assets.train.common import MAX_TOKENS, StageArgs
+    from shopdistill_assets.train.sft import DEFAULTS as SFT
+    from shopdistill_assets.train.kto import DEFAULTS as KTO
+
+    assert MAX_TOKENS == GateConfig.max_tokens == 14336
+    assert SFT["max_length"] == KTO["max_length"] == StageArgs().max_tokens == MAX_TOKENS
+
+
+def test_sft_rows_over_the_limit_are_dropped_or_keep_their_end():
+    from datasets import Dataset
+
+    from shopdistill_assets.train.sft import fit_length
+
+    rows = Dataset.from_dict({"input_ids": [[1, 2, 3], list(range(10, 20))],
+                              "assistant_masks": [[0, 1, 1], [0] * 6 + [1] * 4]})
+    kept, dropped, cut = fit_length(rows, 5, "drop")
+    assert (len(kept), dropped, cut) == (1, 1, 0) and kept["input_ids"] == [[1, 2, 3]]
+    ended, dropped, cut = fit_length(rows, 5, "keep_end")
+    assert (dropped, cut) == (0, 1)
+    assert ended["input_ids"][1] == [15, 16, 17, 18, 19] and ended["assistant_masks"][1] == [0, 1, 1, 1, 1]
+    with pytest.raises(SystemExit, match="too_long"):
+        fit_length(rows, 5, "keep_start")
+
+
+def test_kto_shuffle_mixes_the_labels_of_every_batch():
+    import random
+
+    from shopdistill_assets.train.kto import label_mix
+
+    as_written = [True] * 154 + [False] * 154  # one label block at a time, as kto_dataset writes
+    assert label_mix(as_written, 8)["batches_with_both_labels"] == 1  # only the batch across the boundary
+    shuffled = as_written[:]
+    random.Random(0).shuffle(shuffled)
+    mix = label_mix(shuffled, 8)
+    assert mix["batches"] == 39 and mix["batches_with_both_labels"] >= 36
+
+
+def test_completion_budget_follows_the_teachers_turns():
+    from shopdistill_assets.train.dr_grpo import completion_budget
+
+    turns = [100] * 90 + [400] * 10
+    assert completion_budget(turns, 0.95, 14336) == 512  # 400 * 1.25 -> 512 (multiples of 32)
+    assert completion_budget([40], 0.95, 14336) == 64 and completion_budget([], 0.95, 14336) == 1024
+    assert completion_budget([20000], 0.95, 14336) == 7168  # at most half the length rule
+
+
+def test_flops_per_token_counts_attention():
+    from shopdistill_assets.train.common import flops_per_token
+
+    n = 4_022_468_096  # Qwen3-4B
+    assert flops_per_token(n, 36, 2560, 0) == 6 * n
+    assert flops_per_token(n, 36, 2560, 16384) == pytest.approx(6 * n + 12 * 36 * 2560 * 16384)
+    assert flops_per_token(n, 36, 2560, 16384) / (6 * n) == pytest.approx(1.75, abs=0.01)
+
+
+def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+    from shopdistill_assets.train.dr_grpo import render_prompt
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
+    tools = json.dumps(list(TOOL_SCHEMAS.values()) if isinstance(TOOL_SCHEMAS, dict) else TOOL_SCHEMAS)
+    (sft,) = rows.sft_rows([{**TRACE, "tools": tools}], "corpus")
+    grpo = list(rows.grpo_rows([{**TRACE, "tools": tools}], "teacher"))
+    whole = tokenizer.apply_chat_template(sft["messages"], tools=json.loads(tools), tokenize=False)
+    for row in grpo:
+        prompt = render_prompt(tokenizer, row["prompt"], row["tools"])
+        assert "find_product" in prompt and "recommend_product" in prompt  # the schemas are in the context
+        assert whole.startswith(prompt.rsplit("<|im_start|>assistant", 1)[0])  # the context SFT trained on
+
+
+def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
+    import base64
+
+    from shopdistill_assets.core.training_report import curve_markdown, png_markdown, stages_figure, stages_table
+
+    def row(policy, asr, problems=30, samples=4):
+        return {"policy": policy, "checkpoint": "", "asr": asr, "pass_at_1": asr, "pass_at_k": {"4": asr},
+                "problems": problems, "samples": samples}
+
+    rows_ = [row("base", 0.1), row("sft", 0.3), row("random", 0.02), row("oracle", 1.0, samples=1)]
+    fig = stages_figure(rows_)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "random ASR (n=30x4)" in labels and "oracle ASR (n=30x1)" in labels
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["base\nn=30x4", "sft\nn=30x4"]
+    markdown = png_markdown(fig, "report")
+    assert base64.b64decode(markdown.split("base64,", 1)[1].rstrip(")"))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| samples |" in stages_table(rows_).splitlines()[0]
+    curve = curve_markdown("sft", [[1, 2.5], [2, 2.0], [3, 1.5]])
+    assert "data:image/png;base64," in curve and "loss 2.5000 -> 1.5000" in curve
+
+
+def test_the_checkpoint_carries_the_template_it_was_trained_with(tmp_path):
+    """Qwen3's own template drops an earlier turn's think block at serving, while TRL trains with
+    its prefix-preserving template (every turn alike, empty <think></think> included). The
+    checkpoint takes the training template, so serving renders a dialogue's history exactly as
+    SFT trained it."""
+    from pathlib import Path as P
+
+    import trl
+    from transformers import AutoTokenizer
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.train.common import adopt_training_template
+    from trl.chat_template_utils import get_training_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
+    tokenizer.chat_template = (P(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    (sft,) = rows.sft_rows([TRACE], "corpus")
+    messages = sft["messages"]  # the second assistant turn has no reasoning
+    history = messages[:4] + [{**messages[4], "reasoning_content": None}, messages[5]]
+
+    def prefix_preserving(tok) -> bool:  # every prefix a served request could hold renders as trained
+        whole = tok.apply_chat_template(history, tokenize=False)
+        return all(whole.startswith(tok.apply_chat_template(history[:cut], tokenize=False))
+                   for cut in range(2, len(history) + 1))
+
+    class Trainer:  # what SFTTrainer holds after init: the template it trains with
+        chat_template = get_training_chat_template(tokenizer)
+
+    assert Trainer.chat_template and not prefix_preserving(tokenizer)  # Qwen3's own template disagrees
+    assert adopt_training_template(Trainer(), tokenizer) == "training"
+    assert tokenizer.chat_template == Trainer.chat_template and prefix_preserving(tokenizer)
+    tokenizer.save_pretrained(tmp_path / "saved")  # as the checkpoint has it: the tool-call parser survives
+    saved = AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert saved.chat_template == Trainer.chat_template
+    assert getattr(saved, "response_template", None) or getattr(saved, "response_schema", None)
+
+    class Plain:
+        chat_template = None
+
+    assert adopt_training_template(Plain(), tokenizer) == "original"
+
+
+def test_the_definitions_pick_the_gpu_pod_launcher_by_configuration(monkeypatch, tmp_path):
+    from shopdistill_assets.definitions import build_definitions
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path))
+    monkeypatch.delenv("SHOPDISTILL_GPU_POD_SPEC", raising=False)
+    assert build_definitions().resources["launcher"].kind == "local"
+    monkeypatch.setenv("SHOPDISTILL_GPU_POD_SPEC", HELM_POD_SPEC)
+    monkeypatch.setenv("SHOPDISTILL_TRAIN_IMAGE", "train:1")
+    launcher = build_definitions().resources["launcher"]
+    assert (launcher.kind, launcher.image, launcher.pod("kto.py", "s3://b/c.yaml")[1][2]) == ("k8s", "train:1", "8")

@@ -35,7 +35,7 @@ START = date(2026, 11, 5)
 DAYS = [(START + timedelta(days=d)).isoformat() for d in range(2)]
 CORPUS_NAMES = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
                 "rejected_traces", "leak_clusters", "split_traces"]
-SMALL = {"max_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
+SMALL = {"max_steps": 2, "learning_rate": 1e-3}  # lengths: the format gate's rule (14,336)
 CHAIN_OPS = {
     "train_problems": {"limit": 5},
     "train_rollouts": {"samples": 2, "max_new_tokens": 48, "max_steps": 3},
@@ -44,7 +44,7 @@ CHAIN_OPS = {
     "sft_checkpoint": SMALL,
     "resft_checkpoint": SMALL,
     "teacher_sft_checkpoint": {**SMALL, "deepspeed": "zero3"},
-    "kto_checkpoint": {"max_steps": 2, "max_length": 2048, "per_device_train_batch_size": 2},
+    "kto_checkpoint": {"max_steps": 2, "per_device_train_batch_size": 2},
     "dr_grpo_checkpoint": {"max_steps": 2, "num_generations": 2, "max_completion_length": 24,
                            "per_device_train_batch_size": 2, "episode_reward": True},
 }
@@ -133,6 +133,8 @@ def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
         training = lineage["training"]
         if training.get("trained", True):
             assert training["steps"] == 2 and training["losses_finite"]
+            assert m["loss_curve"].startswith("![") and "data:image/png;base64," in m["loss_curve"]  # inline
+            assert lineage["effective"]["max_tokens"] == 14336 and "revision" in lineage["model"]
             assert all(math.isfinite(x) for x in training["losses"])
             assert m["deepspeed"] == ("zero3" if name == "teacher_sft" else "zero2")
         else:  # nothing to learn: the parent's weights, passed on, and said so
@@ -163,7 +165,8 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
                    for p in (trained.root / "firehose" / f"day={day}").iterdir()}
         assert {f["file"]: f["sha256"] for f in lineage["firehose_files"][day]} == on_disk
     assert lineage["libraries"]["trl"] and lineage["libraries"]["deepspeed"] and "commit" in lineage["code"]
-    assert lineage["hyperparameters"]["max_steps"] == 2
+    assert lineage["hyperparameters"]["max_steps"] == 2 and lineage["effective"]["max_steps"] == 2
+    assert lineage["effective"]["max_tokens"] == 14336 and lineage["effective"]["report_to"] == ["tensorboard"]
     grpo = trained.store.lineage(trained.store.latest("dr_grpo"))["training"]
     assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
     kto = trained.store.lineage(trained.store.latest("kto"))
@@ -284,9 +287,11 @@ def test_unfiltered_corpus_and_the_outcome_filter_for_the_ablation(trained):
     sft = run(["sft_checkpoint"], trained.resources, trained.instance,
               ops={"sft_checkpoint": {**SMALL, "max_steps": 1, "only_successful": True}})
     lineage = trained.store.lineage(trained.store.get("sft", meta(sft, "sft_checkpoint")["version"]))
-    assert lineage["method"] == {"only_successful": True} and lineage["corpus"]["version"] == version
+    assert lineage["effective"]["only_successful"] is True and lineage["corpus"]["version"] == version
     successes = corpus.filter(pl.col("score") >= 1).height
-    assert lineage["training"]["rows"] == successes < lineage["training"]["rows_read"] == corpus.height
+    training = lineage["training"]  # counted after tokenization: the length rule drops, and says so
+    assert training["rows"] + training["rows_too_long_dropped"] == successes < training["rows_read"] == corpus.height
+    assert training["rows"] > 0
     restored = run(["train_corpus"], trained.resources, trained.instance)
     assert meta(restored, "train_corpus")["version"] == trained.corpus_version
 
@@ -303,3 +308,178 @@ def test_rollouts_episode_deadline_is_configurable(trained):
     rollouts = trained.lake.read_snapshot("teacher_rollouts", version)
     assert rollouts.height > 0 and not rollouts["success"].any()
     assert set(rollouts["failure_reason"].unique()) == {"episode_timeout"}
+
+
+# ---------------------------------------------------------------- a stage as a pod runs it
+
+
+def _sft_snapshot(folder: Path, n: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shopdistill_assets.train import rows
+
+    tools = json.dumps([{"type": "function", "function": {"name": "find_product", "parameters": {}}}])
+    traces = []
+    for i in range(n):
+        calls = [{"id": "c1", "type": "function", "function": {"name": "find_product",
+                                                               "arguments": json.dumps({"q": f"kettle {i}"})}}]
+        messages = [{"role": "user", "content": f"a kettle {i}"}, {"role": "assistant", "content": "",
+                                                                   "reasoning_content": "search", "tool_calls": calls},
+                    {"role": "tool", "tool_call_id": "c1", "content": "[]"},
+                    {"role": "assistant", "content": "", "tool_calls": [{**calls[0], "id": "c2", "function": {
+                        "name": "recommend_product", "arguments": json.dumps({"product_ids": str(i)})}}]}]
+        traces.append({"trace_id": f"t{i}", "problem_id": f"p{i}", "query": "q", "category": "Product",
+                       "messages": json.dumps(messages), "tools": tools})
+    table = rows.to_table(rows.sft_rows(traces, "corpus"), rows.SFT_SCHEMA)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.append_column("score", pa.array([1.0] * n)), folder / "part-0.parquet")
+    return folder
+
+
+def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_path):
+    """What a GPU pod gets is URIs: the stage config (by reference), the parent checkpoint and
+    the dataset are s3:// objects the script fetches itself; it publishes to the S3 store. Killed
+    after its first saved step, the same stage run again resumes from the newest saved step, and
+    the lineage says so."""
+    import time
+
+    import boto3
+    import yaml
+
+    from shopdistill_assets.core.checkpoint_store import CheckpointStore
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    s3 = boto3.client("s3", endpoint_url=moto_s3)
+    for bucket in ("lake", "models"):
+        s3.create_bucket(Bucket=bucket)
+    store = CheckpointStore("s3://models/ckpt", endpoint_url=moto_s3, cache_dir=str(tmp_path / "cache"))
+    base = build_tiny_model(tmp_path / "base")
+    parent = store.publish("sft", Path(base), {"stage": "sft", "created_at": "2026-12-01"}, "# card")
+    for part in _sft_snapshot(tmp_path / "snapshot", 6).iterdir():
+        s3.upload_file(str(part), "lake", f"train/v1/{part.name}")
+    state = store.run_uri("resft", "run1", "state")
+    config = {"stage": "resft", "model_name_or_path": parent.uri, "dataset": "s3://lake/train/v1",
+              "output_dir": str(tmp_path / "pod1"), "publish_to": store.root, "s3_endpoint_url": moto_s3,
+              "lineage": {"parent": parent.to_dict(), "days": [], "dataset": {"asset": "resft_dataset", "version": "v1"}},
+              "state_uri": state, "max_steps": 400,
+              "save_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
+    config_uri = store.put_text(store.run_uri("resft", "run1", "run1.yaml"), yaml.safe_dump(config))
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"),
+              "--config", config_uri]
+    env = {**os.environ, "SHOPDISTILL_S3_ENDPOINT_URL": moto_s3}
+    pod = subprocess.Popen(script, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 400
+    while not store.exists(f"{state}/checkpoint-2/COMPLETE"):
+        assert pod.poll() is None, pod.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "no step saved to the store"
+        time.sleep(0.5)
+    pod.kill()  # preempted
+    pod.wait()
+    saved_steps = [int(n.split("-")[1]) for n in store.children(state) if store.exists(f"{state}/{n}/COMPLETE")]
+    saved = max(saved_steps)
+    assert saved >= 2 and len(saved_steps) <= 2  # older steps are dropped once a newer one is complete
+    again = subprocess.run([*script, "--max_steps", str(saved + 2), "--output_dir", str(tmp_path / "pod2")], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.returncode, again.stdout[-1500:], again.stderr[-1500:])
+    report = next(json.loads(line) for line in again.stdout.splitlines() if line.startswith('{"materialization"'))
+    meta_ = report["materialization"]
+    assert meta_["status"] == "trained" and meta_["uri"].startswith("s3://models/ckpt/resft/")
+    lineage = store.lineage(store.get("resft", meta_["version"]))
+    training = lineage["training"]
+    assert training["resumed_from_step"] == saved and training["steps"] == saved + 2
+    assert training["rows"] == training["rows_read"] == 6 and training["rows_too_long_dropped"] == 0
+    assert lineage["model"]["source"] == parent.uri  # fetched inside the stage, from S3
+    effective = lineage["effective"]
+    assert effective["learning_rate"] == 1e-3 and effective["max_tokens"] == 2048 and effective["use_peft"] is False
+    assert effective["only_successful"] is True and effective["warmup_steps"] == 0.03
+    version_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix=f"ckpt/resft/{meta_['version']}/")
+                    ["Contents"]]
+    assert any("/runs/" in k and "tfevents" in k for k in version_keys)  # training curves, with the checkpoint
+    assert not (tmp_path / "pod2" / "checkpoint").exists()  # the store has it; the pod's copy is gone
+
+
+def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
+    """`--use_peft` (TRL's ModelConfig) trains a LoRA adapter; the checkpoint is the merged full
+    model, so the next stage and serving load it like any other; lineage records the LoRA values."""
+    from transformers import AutoModelForCausalLM
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "base")
+    config = tmp_path / "stage.yaml"
+    config.write_text(json.dumps({"stage": "sft", "model_name_or_path": str(base), "output_dir": str(tmp_path / "out"),
+                                  "dataset": str(_sft_snapshot(tmp_path / "snapshot", 4)), "max_steps": 2,
+                                  "learning_rate": 1e-2, "report_to": [], "lineage": {"days": []}}))
+    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"
+    done = subprocess.run([sys.executable, str(script), "--config", str(config), "--use_peft", "--lora_r", "4",
+                           "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "out" / "checkpoint"
+    lineage = json.loads((folder / "lineage.json").read_text())
+    assert lineage["training"]["steps"] == 2 and lineage["effective"]["use_peft"] is True
+    assert lineage["effective"]["report_to"] == [] and not (folder / "runs").exists()  # the user's report_to kept
+    assert (lineage["effective"]["lora_r"], lineage["effective"]["lora_alpha"]) == (4, 8)
+    assert not (folder / "adapter_config.json").exists() and (folder / "model.safetensors").exists()
+    merged = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    original = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not merged.state_dict()[q].equal(original.state_dict()[q])  # the adapter is in the weights
+    up = "model.layers.0.mlp.up_proj.weight"  # not a LoRA target: unchanged
+    assert merged.state_dict()[up].equal(original.state_dict()[up])
+
+
+TWO_RANKS = '''
+import sys
+import deepspeed, torch
+from transformers import AutoModelForCausalLM
+from shopdistill_assets.train.common import model_params, rank, reporting
+deepspeed.init_distributed(dist_backend="gloo")
+ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                            "stage3_gather_16bit_weights_on_model_save": True}}
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])  # ZeRO-3 partitions it at initialize
+engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), config=ds)
+ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+loss = engine(input_ids=ids, labels=ids).loss
+engine.backward(loss)
+engine.step()
+local = sum(p.numel() for p in engine.module.parameters())
+state = engine._zero3_consolidated_16bit_state_dict()  # every rank takes part; rank 0 gets the weights
+with reporting() as pipes:
+    if pipes is not None:
+        pipes.report_asset_materialization(metadata={
+            "rank": rank(), "params": model_params(engine.module), "local_numel": local, "loss": float(loss),
+            "gathered": sum(v.numel() for v in (state or {}).values())})
+'''
+
+
+def test_two_ranks_on_cpu_report_from_rank_0_and_gather_the_weights(tmp_path):
+    """Two DeepSpeed ranks over gloo (the raw engine: HF's trainer refuses two CPU processes):
+    ZeRO-3 partitions the weights, the parameter count the report uses is the whole model's,
+    saving gathers every shard to rank 0, and only rank 0 reports."""
+    import socket
+
+    from transformers import AutoModelForCausalLM
+
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "base")
+    total = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(base).parameters())
+    (tmp_path / "ranks.py").write_text(TWO_RANKS)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "ranks.py"), str(base)], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in (0, 1)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    reports = [[json.loads(line)["materialization"] for line in out.splitlines() if line.startswith('{"materi')]
+               for out, _ in outputs]
+    assert len(reports[0]) == 1 and reports[1] == []  # rank 0 alone
+    (report,) = reports[0]
+    assert report["rank"] == 0 and report["params"] == total and report["local_numel"] < total
+    assert report["gathered"] >= total and math.isfinite(report["loss"])

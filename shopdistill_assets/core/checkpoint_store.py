@@ -27,6 +27,7 @@ LINEAGE_FILE = "lineage.json"
 CARD_FILE = "README.md"
 _NOT_CONTENT = {LINEAGE_FILE, CARD_FILE}
 _STAGING = ".staging"
+RUNS = ".runs"  # per-run stage configs and resumable training state; never a stage (not a _NAME)
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 VERSION_CHARS = 16
 
@@ -39,9 +40,17 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def content_files(folder: Path) -> list[Path]:
-    """The files that make a checkpoint's content, sorted by relative path."""
+_NOT_HASHED = ("runs/",)  # TensorBoard event files: published with the weights, not what names them
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The files a publish copies (everything but the lineage and the card), sorted."""
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() not in _NOT_CONTENT)
+
+
+def content_files(folder: Path) -> list[Path]:
+    """The files that make a checkpoint's content (what its version hashes), sorted by relative path."""
+    return [p for p in checkpoint_files(folder) if not p.relative_to(folder).as_posix().startswith(_NOT_HASHED)]
 
 
 def content_sha256(folder: Path) -> str:
@@ -112,7 +121,7 @@ class CheckpointStore:
             staging = Path(self.root) / _STAGING / f"{ref.stage}-{ref.version}-{uuid.uuid4().hex[:8]}"
             staging.parent.mkdir(parents=True, exist_ok=True)
             try:
-                for path in content_files(folder):
+                for path in checkpoint_files(folder):
                     target = staging / path.relative_to(folder)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, target)
@@ -130,7 +139,7 @@ class CheckpointStore:
     def _publish_s3(self, ref: CheckpointRef, folder: Path, extra: dict[str, str]) -> None:
         bucket, prefix = self._split(ref.uri)
         client = self._s3()
-        for path in content_files(folder):
+        for path in checkpoint_files(folder):
             client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
         for name in (CARD_FILE, LINEAGE_FILE):
             client.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=extra[name].encode())
@@ -208,6 +217,71 @@ class CheckpointStore:
             shutil.rmtree(staging, ignore_errors=True)
         return target
 
+    # -- run files: stage configs by reference, resumable training state --------------------
+
+    def run_uri(self, stage: str, key: str, *parts: str) -> str:
+        """Where a stage run keeps its config and resumable state: ROOT/.runs/<stage>/<key>/…"""
+        return self._uri(RUNS, _checked("stage", stage), _checked("run key", key), *parts)
+
+    def put_text(self, uri: str, text: str) -> str:
+        """Write a small text object (a stage config) at a URI under this root; returns the URI."""
+        if self.is_s3:
+            bucket, key = self._split(uri)
+            self._s3().put_object(Bucket=bucket, Key=key, Body=text.encode())
+        else:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+            Path(uri).write_text(text)
+        return uri
+
+    def upload_tree(self, folder: Path, uri: str) -> str:
+        """Copy a local folder's files to a URI under this root (S3 or a folder)."""
+        files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+        if self.is_s3:
+            bucket, prefix = self._split(uri)
+            for path in files:
+                self._s3().upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+        else:
+            for path in files:
+                target = Path(uri) / path.relative_to(folder)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+        return uri
+
+    def ensure_tree(self, folder: Path, name: str) -> str:
+        """A local folder (the sandbox catalogue) under ROOT/.runs/<name>/<digest>/, uploaded once
+        per content (file names, sizes and modification times), a marker written last."""
+        digest = hashlib.sha256()
+        for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(folder).as_posix()}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode())
+        uri = self.run_uri(name, digest.hexdigest()[:VERSION_CHARS], "files")
+        marker = uri.rsplit("/", 1)[0] + "/COMPLETE"
+        if not self.exists(marker):
+            self.upload_tree(folder, uri)
+            self.put_text(marker, uri)
+        return uri
+
+    def remove_tree(self, uri: str) -> None:
+        """Delete everything under a URI of this root (superseded resumable state)."""
+        if not self.is_s3:
+            shutil.rmtree(uri, ignore_errors=True)
+            return
+        bucket, prefix = self._split(uri)
+        for key in self._keys(bucket, prefix + "/"):
+            self._s3().delete_object(Bucket=bucket, Key=key)
+
+    def exists(self, uri: str) -> bool:
+        if not self.is_s3:
+            return Path(uri).exists()
+        bucket, key = self._split(uri)
+        return bool(self._s3().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount"))
+
+    def children(self, uri: str) -> list[str]:
+        """The sub-folder names directly under a URI of this root."""
+        if not self.is_s3:
+            return sorted(p.name for p in Path(uri).iterdir() if p.is_dir()) if Path(uri).is_dir() else []
+        return self._children(uri[len(self.root):].strip("/"))
+
     # -- storage plumbing ----------------------------------------------------------------
 
     def _uri(self, *parts: str) -> str:
@@ -253,3 +327,29 @@ class CheckpointStore:
         except self._s3().exceptions.NoSuchKey:
             return None
         return json.loads(body)
+
+
+def fetch(uri: str, dest: Path, endpoint_url: str | None = None) -> Path:
+    """A local copy of `uri`: a local path is returned as it is; an s3:// object is downloaded
+    to `dest`, an s3:// prefix (a folder: a checkpoint, a catalogue) into `dest/`. How a pod,
+    which shares no folder with the orchestrator, gets its model, catalogue and config."""
+    if not uri.startswith("s3://"):
+        return Path(uri)
+    from resources.s3 import make_s3_client, parse_s3_uri
+
+    bucket, key = parse_s3_uri(uri)
+    client = make_s3_client(endpoint_url=endpoint_url)
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/")
+            for o in page.get("Contents", [])]
+    if not keys:  # one object
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            client.download_file(bucket, key, str(dest))
+        except Exception as exc:  # botocore's ClientError: say what was missing, in one line
+            raise FileNotFoundError(f"{uri}: no such object or folder ({exc})") from None
+        return dest
+    for name in keys:
+        target = dest / name[len(key) + 1:]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(bucket, name, str(target))
+    return dest
