@@ -32,7 +32,8 @@ demo: setup
 
 validate: setup
 	$(BIN)/python -m pip check
-	DAGSTER_HOME=$$(mktemp -d) $(BIN)/dagster definitions validate -m shopdistill_assets.definitions
+	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/dg check defs
 
 test: validate
 	$(BIN)/python -m pytest -q
