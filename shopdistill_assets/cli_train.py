@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shopdistill_assets import settings
+from shopdistill_assets.cli_checks import json_object
 from shopdistill_assets.train import STAGE_ORDER, STAGES
 
 SNAPSHOT_ASSETS = ["train_corpus", "train_problems", "train_rollouts", "teacher_rollouts", "resft_dataset",
@@ -197,7 +198,8 @@ def add_parsers(sub: Any) -> None:
     tr.add_argument("--all", action="store_true", help="all five stages in order")
     tr.add_argument("--max-steps", type=int, help="optimizer steps per stage (default: one epoch)")
     tr.add_argument("--deepspeed", help="zero2 | zero3 | a JSON file (default: the launcher's)")
-    tr.add_argument("--trainer-json", help="more TRL config kwargs for every stage, a JSON object")
+    tr.add_argument("--trainer-json", type=json_object,
+                    help="more TRL config kwargs for every stage, a JSON object (checked before any run)")
     tr.add_argument("--rollout-samples", type=int, help="resft: rollouts per train problem (default 8)")
     tr.add_argument("--problems", type=int, help="roll out only the first N train-side problems")
     tr.add_argument("--no-eval", dest="eval", action="store_false", help="skip the held-out evaluation")
