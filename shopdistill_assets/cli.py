@@ -23,6 +23,7 @@ from pathlib import Path
 from shopdistill_assets import cli_checks, settings
 from shopdistill_assets.cli_checks import CheckFailed, positive_int
 from shopdistill_assets.core.days import DayError, check_days, parse_day
+from shopdistill_assets.progress import Progress
 from shopdistill_assets.sim.arena import DEFAULT_MIX, ArenaConfig
 
 
@@ -49,7 +50,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         corrupt_share=args.corrupt_share, reupload_share=args.reupload_share,
         other_dialect_share=args.other_dialect_share,
     )
-    summary = simulate(cfg)
+    with Progress("simulate", total=cfg.days, unit="days") as bar:
+        summary = simulate(cfg, on_day=lambda day: bar.advance(note=f"{day} {cfg.traces_per_day} traces"))
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -143,7 +145,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = RolloutConfig(samples=args.samples, max_steps=args.max_steps, concurrency=args.concurrency,
                         request_timeout_s=args.timeout, episode_time_limit_s=args.episode_timeout,
                         tool_timeout_s=args.tool_timeout)
-    result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
+    with Progress(f"eval {len(problems)} problems x {args.samples} samples"):
+        result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
     summary = result.summary()
     print(json.dumps(summary, indent=1, default=str))
     errors = summary.get("errors", {})
@@ -200,7 +203,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     cli_checks.firehose_days(roots.firehose, roots.endpoint_url, days)  # before any run: no day turns red
     ops = {"leak_clusters": {"decontaminate": [str(Path(p).resolve()) for p in args.decontaminate]}} \
         if args.decontaminate else None
-    runs = materialize_days(resources, CORPUS_ASSETS, days, ops=ops)
+    with Progress("corpus", total=len(days), unit="days") as bar:
+        runs = materialize_days(resources, CORPUS_ASSETS, days, ops=ops, progress=bar)
     print_funnel(runs)
     for run in runs:
         leak = run.metadata.get("leak_clusters", {})
@@ -228,7 +232,8 @@ def _snapshot(args: argparse.Namespace) -> int:
     cli_checks.snapshot_inputs(lake, args.end_day, args.window_days, suites)
     train = {"window_days": args.window_days, **({"end_day": args.end_day} if args.end_day else {})}
     heldout = {"suites": [str(Path(p).resolve()) for p in args.suites]} if args.suites else {}
-    run = materialize_unpartitioned(resources, SNAPSHOT_ASSETS, ops={"train_corpus": train, "heldout_eval_set": heldout})
+    with Progress("snapshot train_corpus + heldout_eval_set"):
+        run = materialize_unpartitioned(resources, SNAPSHOT_ASSETS, ops={"train_corpus": train, "heldout_eval_set": heldout})
     for name in SNAPSHOT_ASSETS:
         m = run.metadata.get(name)
         if m:
@@ -318,16 +323,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     arena = home / "arena"
     start = parse_day(args.start_day)
     print(f"[1/5] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
-    simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
-                         seed=args.seed, problems_per_day=60))
+    with Progress("      simulate", total=DEMO_DAYS, unit="days") as bar:
+        simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
+                             seed=args.seed, problems_per_day=60), on_day=lambda day: bar.advance(note=str(day)))
     resources = build_resources(firehose_root=str(arena / "firehose"), lake_root=str(home / "lake"))
     days = [d.isoformat() for d in ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS).day_list()]
     print("[2/5] corpus path and leak split, one Dagster run per day")
-    runs = materialize_days(resources, CORPUS_ASSETS, days)
+    with Progress("      corpus", total=len(days), unit="days") as bar:
+        runs = materialize_days(resources, CORPUS_ASSETS, days, progress=bar)
     print_funnel(runs)
     print("[3/5] train_corpus and heldout_eval_set snapshots")
-    snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
-                                     ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
+    with Progress("      snapshots"):
+        snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
+                                         ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
     corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
     print(f"      train_corpus {corpus.get('version')}: {corpus.get('dagster/row_count')} traces over "
           f"{corpus.get('days')} days")
@@ -335,7 +343,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("[4/5] held-out evaluation of the scripted baselines, served over HTTP")
     for name in ("oracle", "random"):
         register(PolicySpec(name=name, scripted=name), home, replace=True)
-    evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}})
+    with Progress("      policy_eval", total=2, unit="policies") as bar:
+        evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}},
+                                     progress=bar)
     for run in evals:
         m = run.metadata.get("policy_eval", {})
         status = "" if run.success else f"  FAILED: {run.error}"
@@ -488,9 +498,10 @@ def describe_error(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.verbose:
-        from shopdistill_assets import runner
+    from shopdistill_assets import runner
 
+    runner.RUN_TAGS = {"shopdistill/command": args.command, "shopdistill/trigger": "cli"}
+    if args.verbose:
         runner.LOG_LEVEL = "INFO"
     else:
         warnings.simplefilter("ignore")  # Dagster's beta/preview notices are not the user's problem

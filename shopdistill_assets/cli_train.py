@@ -70,11 +70,14 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
     from resources.launcher import TrainingLauncher
 
     resources["launcher"] = TrainingLauncher(deepspeed_config=EnvVar(settings.DEEPSPEED), echo_output=False)
+    from shopdistill_assets.progress import Progress
+
     results = []
     for name in stages:
         stage = STAGES[name]
         selection = [*stage.rollouts, stage.asset]
-        run = materialize_unpartitioned(resources, selection, ops={k: v for k, v in ops.items() if k in selection})
+        with Progress(f"train {name} ({stages.index(name) + 1}/{len(stages)} stages)"):
+            run = materialize_unpartitioned(resources, selection, ops={k: v for k, v in ops.items() if k in selection})
         if not run.success:
             raise CliError(f"train --stage {name}: {_first_line(run.error)}")
         meta = run.metadata.get(stage.asset, {})
@@ -85,8 +88,9 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
         results.append({"stage": name, **meta})
     if evaluate:
         names = (["base"] if "sft" in stages else []) + stages
-        evals = materialize_policies(resources, names, ops={"policy_eval": {"samples": eval_samples,
-                                                                            "limit": eval_limit}})
+        with Progress("policy_eval", total=len(names), unit="policies") as bar:
+            evals = materialize_policies(resources, names, ops={"policy_eval": {"samples": eval_samples,
+                                                                                "limit": eval_limit}}, progress=bar)
         for run in evals:
             m = run.metadata.get("policy_eval", {})
             if not run.success:

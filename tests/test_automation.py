@@ -26,9 +26,10 @@ from resources.lake import LakeResource
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tick(firehose: FirehoseResource, cursor: str | None):
+def tick(firehose: FirehoseResource, cursor: str | None, instance: dg.DagsterInstance | None = None):
     """One sensor evaluation, as the daemon runs it: (partition keys requested, run keys, new cursor)."""
-    with dg.build_sensor_context(cursor=cursor, resources={"firehose": firehose}) as context:
+    instance = instance or dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(cursor=cursor, resources={"firehose": firehose}, instance=instance) as context:
         result = firehose_day_sensor(context)
     return [r.partition_key for r in result.run_requests], [r.run_key for r in result.run_requests], result.cursor
 
@@ -91,6 +92,23 @@ def test_the_sensor_fires_once_per_new_day_and_again_for_late_or_reuploaded_file
     assert days == ["2026-11-03"]
     assert tick(firehose.resource, cursor)[0] == []
     assert set(json.loads(cursor)) == {"2026-11-02", "2026-11-03", "2026-11-04"}
+
+
+def test_the_first_tick_after_the_demo_does_not_rerun_days_already_ingested(firehose):
+    """`make dev` after `make demo`: the demo's days were ingested after their files were written,
+    so the sensor's first tick takes them as seen; a day re-uploaded since then runs again."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        for day in ("2026-11-02", "2026-11-03", "2026-11-04"):
+            firehose.put(day, "part-000.jsonl.gz", day_file())
+        time.sleep(1.1)  # past S3's whole-second LastModified
+        for day in ("2026-11-02", "2026-11-03"):  # the demo ingested these two
+            instance.report_runless_asset_event(dg.AssetMaterialization("raw_firehose", partition=day))
+        time.sleep(0.05)
+        firehose.put("2026-11-03", "part-000.jsonl.gz", day_file(lines=3))  # re-uploaded after the demo
+        days, _, cursor = tick(firehose.resource, None, instance)
+        assert days == ["2026-11-03", "2026-11-04"]
+        assert set(json.loads(cursor)) == {"2026-11-02", "2026-11-03", "2026-11-04"}
+        assert tick(firehose.resource, cursor, instance)[0] == []
 
 
 def test_the_schedule_skips_a_day_that_has_not_arrived(tmp_path):

@@ -64,8 +64,23 @@ def test_runs_launched_like_the_ui_read_the_roots_the_cli_wrote(processed):
     # The tiny day has 7 lines; the funnel (read from the lake by a run in another process) sees them all.
     assert meta["days"] == 1 and meta["incomplete_days"] == 0
     assert meta["lines"] == 7 == meta["gated"] + meta["subtask"] + meta["rejected"]
-    assert f"| {day} | 7 |" in meta["funnel"]
+    (row,) = [r.data for r in meta["funnel"].records]  # Dagster's typed table, one row a day
+    assert row["day"] == day and row["lines"] == 7 and row["gated"] == meta["gated"]
+    assert [c.type for c in meta["funnel"].schema.columns][:3] == ["string", "int", "int"]
+    reasons = [r.data for r in meta["reasons_by_day"].records]  # long: (day, stage, reason, lines)
+    assert {r["day"] for r in reasons} == {day} and sum(r["lines"] for r in reasons) == meta["rejected"]
     assert (home / "lake" / "corpus_funnel").is_dir()
+
+
+def test_cli_runs_are_tagged_with_their_command(processed):
+    home, _ = processed
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        runs = instance.get_runs()
+    cli_runs = [r for r in runs if r.tags.get("shopdistill/trigger") == "cli"]
+    assert cli_runs and {r.tags["shopdistill/command"] for r in cli_runs} == {"corpus"}
+    assert all(r.tags.get("shopdistill/command") for r in runs if r.job_name == "__ephemeral_asset_job__"
+               and r.tags.get("dagster/partition"))  # every CLI day run says which command made it
 
 
 def _free_port() -> int:
@@ -140,9 +155,9 @@ def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
             row.first.wait_for(timeout=60_000)
             # The funnel table's own row: the one that starts with the day (outer rows hold it whole).
             (cells,) = [t for t in (r.inner_text().split() for r in page.get_by_role("row").all())
-                        if t and t[0] == day and len(t) > 3]
-            (expected,) = [line for line in meta["funnel"].splitlines() if line.startswith(f"| {day} |")]
-            assert cells == [c.strip() for c in expected.strip("|").split("|")], (cells, expected)
+                        if t and t[0] == day and len(t) > 8]
+            (expected,) = [r.data for r in meta["funnel"].records]
+            assert cells == [str(v) for v in expected.values()], (cells, expected)
             assert cells[1] == "7" and int(cells[5]) == meta["gated"] and int(cells[6]) == meta["rejected"]
             body = page.inner_text("body")
             for key in ("lines", "gated", "subtask", "rejected"):
@@ -154,5 +169,71 @@ def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
             image.wait_for(timeout=30_000)
             assert image.evaluate("img => img.naturalWidth") > 100
             page.screenshot(path=str(ARTIFACTS / "corpus_funnel_plot.png"))
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def root_dagster_dev(tmp_path):
+    """`dagster dev` (or `dg dev`) typed at the repo root by a new user: no DAGSTER_HOME, so
+    Dagster makes a temporary instance there and reads the repo-root dagster.yaml."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is not installed (make browser)")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOPDISTILL_", "DAGSTER_"))}
+    env.update(SHOPDISTILL_HOME=str(tmp_path / "home"), SHOPDISTILL_FIREHOSE=str(tmp_path / "empty-firehose"))
+    log = open(tmp_path / "dagster-dev.log", "wb")
+    proc = subprocess.Popen([str(BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster-dev.log").read_text()[-3000:]
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    assert "which is not set" not in (tmp_path / "dagster-dev.log").read_text()  # the DAGSTER_HOME traceback
+
+
+@pytest.mark.slow
+def test_dagster_dev_at_the_root_shows_the_graph_and_the_sensors_running(root_dagster_dev):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS[1:])
+        page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+        try:
+            page.goto(f"{root_dagster_dev}/asset-groups", wait_until="networkidle", timeout=120_000)
+            dismiss_newsletter_prompt(page, wait_s=10)
+            page.get_by_text("corpus_funnel").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(2000)  # the graph lays itself out
+            page.screenshot(path=str(ARTIFACTS / "root_dagster_dev_asset_graph.png"))
+            page.goto(f"{root_dagster_dev}/automation", wait_until="networkidle", timeout=120_000)
+            dismiss_newsletter_prompt(page, wait_s=3)
+            for name in ("default_automation_condition_sensor", "firehose_day_sensor", "checkpoint_eval_sensor",
+                         "corpus_daily_schedule"):
+                page.get_by_text(name).first.wait_for(timeout=60_000)
+            switches = {}
+            for row in page.get_by_role("row").all():
+                text = row.inner_text()
+                for name in ("default_automation_condition_sensor", "firehose_day_sensor", "checkpoint_eval_sensor",
+                             "corpus_daily_schedule"):
+                    if name in text and row.locator("input[type=checkbox]").count():
+                        switches[name] = row.locator("input[type=checkbox]").first.is_checked()
+            page.screenshot(path=str(ARTIFACTS / "root_dagster_dev_automation.png"), full_page=True)
+            assert switches == {"default_automation_condition_sensor": True, "firehose_day_sensor": True,
+                                "checkpoint_eval_sensor": True, "corpus_daily_schedule": False}, switches
         finally:
             browser.close()
