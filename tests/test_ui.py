@@ -5,6 +5,7 @@ Chromium)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -237,3 +238,42 @@ def test_dagster_dev_at_the_root_shows_the_graph_and_the_sensors_running(root_da
                                 "checkpoint_eval_sensor": True, "corpus_daily_schedule": False}, switches
         finally:
             browser.close()
+
+
+@pytest.mark.slow
+def test_a_second_make_dev_fails_clearly_instead_of_a_second_daemon(tmp_path):
+    """`make dev` twice on one project home: the second stops with one line, on the same port
+    (already in use) or another (the instance has its daemon)."""
+    port, other = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOPDISTILL_", "DAGSTER_"))}
+    env.update(SHOPDISTILL_FIREHOSE=str(tmp_path / "empty-firehose"))
+
+    def make_dev(dev_port: int):
+        # -o setup: the venv is given (BIN), not built in this checkout
+        return [shutil.which("make"), "-s", "-o", "setup", "dev", f"BIN={BIN}", f"DEV_PORT={dev_port}",
+                f"SHOPDISTILL_HOME={tmp_path / 'home'}"]
+
+    log = open(tmp_path / "first.log", "wb")
+    first = subprocess.Popen(make_dev(port), env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+                break
+            except OSError:
+                assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+                time.sleep(1)
+        same = subprocess.run(make_dev(port), env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert same.returncode != 0 and f"make dev: 127.0.0.1:{port} is already in use" in same.stderr, same.stderr
+        moved = subprocess.run(make_dev(other), env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert moved.returncode != 0, moved.stdout[-2000:]
+        assert "another make dev already runs on" in moved.stderr, moved.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGTERM)
+        try:
+            first.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+        log.close()
