@@ -37,6 +37,37 @@ def failure_line(event) -> str:
     return f"{event.step_key}: " + " ".join(str(text).split())
 
 
+def step_throughput(instance, run_id: str) -> list[str]:
+    """One line per finished step of a run: its time, and its rate over the rows it read (`in`)
+    or wrote (`dagster/row_count`), from the run's own event log."""
+    started, lines, units = {}, [], {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None or not event.step_key:
+            continue
+        if event.event_type_value == "STEP_START":
+            started[event.step_key] = entry.timestamp
+        elif event.event_type_value == "ASSET_MATERIALIZATION":
+            meta = event.step_materialization_data.materialization.metadata
+            value = meta.get("in", meta.get("dagster/row_count"))
+            count = getattr(value, "value", value)
+            if isinstance(count, int):
+                units[event.step_key] = max(units.get(event.step_key, 0), count)
+        elif event.event_type_value == "STEP_SUCCESS" and event.step_key in started:
+            seconds = max(entry.timestamp - started[event.step_key], 1e-3)
+            rows = units.get(event.step_key)
+            rate = f", {rows:,} rows ({rows / seconds:,.0f} rows/s)" if rows else ""
+            lines.append(f"{event.step_key}: {seconds:.1f} s{rate}")
+    return lines
+
+
+def _log_throughput(instance, result) -> None:
+    """Per-step throughput into the run's log in the UI (an engine event), for runs of the CLI."""
+    lines = step_throughput(instance, result.run_id)
+    if lines:
+        instance.report_engine_event("throughput: " + "; ".join(lines), result.dagster_run)
+
+
 def _collect(result, run: DayRun) -> DayRun:
     for event in result.get_asset_materialization_events():
         mat = event.step_materialization_data.materialization
@@ -89,6 +120,7 @@ def materialize_unpartitioned(resources: dict[str, Any], asset_names: list[str],
         if raise_on_error:
             raise
         return DayRun("-", False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split()))
+    _log_throughput(project_instance(), result)
     return _collect(result, DayRun("-", result.success))
 
 
@@ -116,6 +148,7 @@ def materialize_days(resources: dict[str, Any], asset_names: list[str], days: li
             runs.append(DayRun(day, False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split())))
             _advance(progress, runs[-1])
             continue
+        _log_throughput(instance, result)
         runs.append(_collect(result, DayRun(day, result.success)))
         _advance(progress, runs[-1])
     return runs
@@ -133,6 +166,7 @@ def materialize_policies(resources: dict[str, Any], policies: list[str], ops: di
     for name in policies:
         result = materialize(_selected(["policy_eval"]), partition_key=name, instance=instance, resources=resources,
                              raise_on_error=raise_on_error, run_config=_run_config(log_level, ops), tags=_tags())
+        _log_throughput(instance, result)
         runs.append(_collect(result, DayRun(name, result.success)))
         _advance(progress, runs[-1])
     return runs
