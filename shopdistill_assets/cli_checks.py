@@ -63,26 +63,47 @@ def checkpoint_folder(path: str) -> None:
                           f"(e.g. HOME/checkpoints/<stage>/<version>)")
 
 
+def _models_reply(url: str, timeout_s: float) -> bytes | None:
+    """GET url within timeout_s in all (a dripping server cannot hold it), at most 1 MiB; None
+    when the reply is not a plain 200."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    with httpx.stream("GET", url, timeout=timeout_s) as reply:
+        if reply.status_code != 200:
+            return None
+        body = bytearray()
+        for chunk in reply.iter_bytes():
+            body += chunk
+            if time.monotonic() > deadline or len(body) > 1 << 20:
+                return None
+        return bytes(body)
+
+
 def served_model(endpoint: str, model: str, timeout_s: float = 10.0) -> None:
-    """The endpoint answers and serves `model` (OpenAI's GET /models). A server without that
-    route is left to the evaluation itself; one that lists its models must list this one."""
+    """The endpoint answers and serves `model` (OpenAI's GET /models). Only two answers stop the
+    command: nothing listens there, or a model list without this model. Anything else (no such
+    route, an odd or slow reply) is left to the evaluation, which reports per episode."""
     import httpx
 
     url = endpoint.rstrip("/") + "/models"
     try:
-        reply = httpx.get(url, timeout=timeout_s)
-    except httpx.HTTPError as exc:
+        raw = _models_reply(url, timeout_s)
+    except httpx.ConnectError as exc:
         raise CheckFailed(f"no server answers at {endpoint} ({type(exc).__name__}: {exc}); is it up? "
                           f"(`shopdistill serve ...`)") from None
-    if reply.status_code == 404:
+    except httpx.HTTPError:
         return
     try:
-        served = [m.get("id") for m in reply.json().get("data", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
+        listed = json.loads(raw)["data"] if raw is not None else None
+        served = [m["id"] for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, KeyError, TypeError):
         return
     if model not in served:
         raise CheckFailed(f"the endpoint {endpoint} does not serve model {model!r} "
-                          f"(it serves: {', '.join(map(str, served)) or 'none'}); pass --model with one of those")
+                          f"(it serves: {', '.join(served) or 'none'}); pass --model with one of those")
 
 
 def snapshot_inputs(lake, end_day: str | None, window_days: int, suites: list[str]) -> None:
