@@ -25,6 +25,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetOut,
     Config,
     Failure,
@@ -138,8 +139,9 @@ def _firehose_params(firehose: FirehoseResource) -> dict:
 
 
 @multi_asset(
-    name="corpus", partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], can_subset=False,
-    outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION)
+    name="corpus", partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], can_subset=True,
+    outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION,
+                      is_required=False)  # a subset's unselected tables come as materialization events
           for t in TABLES},
     description="Normalize, classify and gate every line of the day's inventoried firehose files in one pass.",
 )
@@ -172,9 +174,15 @@ def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: Fireh
     extra = {"files": len(files), "files_not_inventoried": len(not_inventoried),
              "files_truncated": sum(s.end is not None and s.end.reason == "truncated_file" for s in staged),
              "files_corrupt": sum(s.corrupt for s in staged)}
+    # One pass writes all five tables, whatever was selected (`--select gated_traces` runs the
+    # step): the selected ones are its outputs, the others are recorded as materializations too,
+    # so Dagster's record of every table matches what the lake holds.
     for table in TABLES:
-        yield MaterializeResult(asset_key=table, metadata={**funnel.metadata(table), **common,
-                                                           **(extra if table == "normalized_traces" else {})})
+        metadata = {**funnel.metadata(table), **common, **(extra if table == "normalized_traces" else {})}
+        if AssetKey(table) in context.selected_asset_keys:
+            yield MaterializeResult(asset_key=table, metadata=metadata)
+        else:
+            context.log_event(AssetMaterialization(asset_key=table, partition=day, metadata=metadata))
 
 
 class _Funnel:
@@ -240,6 +248,7 @@ def count_units(firehose: FirehoseResource, lake: LakeResource, day: str, worker
     specs=[AssetCheckSpec("conservation", asset=t, blocking=True,
                           description="lines read == gated_traces + subtask_traces + rejected_traces, "
                                       "and every (source_file, source_line) lands exactly once") for t in TABLES],
+    can_subset=True,  # one table's check alone, when one table of the corpus step is selected
     description="Conservation over the day's tables, recounting the inventoried firehose files independently.",
 )
 def conservation(context, firehose: FirehoseResource, lake: LakeResource):
@@ -270,6 +279,8 @@ def conservation(context, firehose: FirehoseResource, lake: LakeResource):
     description = None if passed else changed or f"{units} lines read but {total} rows accounted ({total - distinct} duplicates)"
     metadata = {"lines_read": units, "accounted": total, "duplicates": total - distinct, **counts}
     for table in TABLES:
+        if AssetKey(table) not in {key.asset_key for key in context.selected_asset_check_keys}:
+            continue
         yield AssetCheckResult(asset_key=table, check_name="conservation", passed=passed, metadata=metadata,
                                description=description)
 

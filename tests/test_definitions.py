@@ -117,6 +117,22 @@ def test_dagster_asset_materialize_at_the_repo_root_without_dagster_home(tmp_pat
     assert not list(REPO.glob(".tmp_dagster_home_*"))  # Dagster's temporary instance is gone again
 
 
+def test_selecting_one_table_of_the_corpus_step_runs_the_step(tiny_day, tmp_path):
+    """`dagster asset materialize --select gated_traces`: the one pass writes all five tables and
+    Dagster records all five, with the selected table's blocking check."""
+    env = {**root_env(tmp_path), "SHOPDISTILL_FIREHOSE": str(tiny_day.root)}
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "shopdistill_assets.definitions",
+         "--select", "raw_firehose,gated_traces", "--partition", tiny_day.day], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=300)
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0 and "RUN_SUCCESS" in log, log[-3000:]
+    for table in ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"):
+        assert f"Materialized value {table}." in log, table
+        assert (tmp_path / "lake" / table / f"day={tiny_day.day}").is_dir()
+    assert "Asset check 'conservation' on 'gated_traces' passed" in log
+
+
 def test_corpus_daily_job_and_schedule():
     from shopdistill_assets.definitions import defs
     from shopdistill_assets.partitions import daily_partitions
