@@ -1,6 +1,6 @@
 """The corpus path as one Dagster step per day: five named tables from one pass per line.
 
-    raw_firehose ─► corpus  (one multi_asset; can_subset=False)
+    raw_firehose ─► corpus  (one multi_asset; selecting one table runs the whole pass)
                      ├─ normalized_traces  one canonical row per problem run; re-uploads deduped in the day
                      ├─ agentic_traces     the structural filter's axis A (the LLM emitted the tool calls)
                      ├─ subtask_traces     axis B (a harness drove the tools): kept for later lifting
@@ -8,8 +8,9 @@
                      └─ rejected_traces    the ledger: every other line, with stage, reason, detail
     conservation (blocking, on each of the five): lines read == gated + subtask + rejected
 
-The five are computed together and can only be materialized together, so no table can be
-re-run alone with another config and leave the day's tables inconsistent. The files read are
+The five are computed together and always written together (a subset selection records the
+unselected tables as materialization events), so no table can be re-run alone with another
+config and leave the day's tables inconsistent. The files read are
 exactly those `raw_firehose` inventoried for the day, checked against their sha256 as they are
 read. The work itself is `core.corpus_parts`, one task per file in a process pool.
 """
