@@ -162,6 +162,23 @@ def requested(result, key: str) -> set:
     return set(result.get_requested_partitions(dg.AssetKey(key)))
 
 
+def assert_row_counts_match_the_lake(instance, lake: LakeResource) -> None:
+    """Issue 21 item 4: `dagster/row_count` of every asset outside the corpus step is the number
+    of rows its table holds (the corpus step's five tables are checked in tests/test_corpus.py)."""
+    def latest(asset: str, day: str | None = None):
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(asset), asset_partitions=[day] if day else None), limit=1).records
+        meta = records[0].asset_materialization.metadata
+        return {k: getattr(v, "value", v) for k, v in meta.items()}
+
+    for asset in ("raw_firehose", "leak_clusters", "split_traces"):
+        for day in lake.list_days(asset):
+            assert latest(asset, day)["dagster/row_count"] == lake.read_day(asset, day).height, (asset, day)
+    for asset in ("train_corpus", "heldout_eval_set", "corpus_funnel"):
+        meta = latest(asset)
+        assert meta["dagster/row_count"] == lake.read_snapshot(asset, meta["version"]).height, asset
+
+
 def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch):
     from shopdistill_assets.definitions import ASSET_CHECKS, ASSETS, build_definitions
 
@@ -192,6 +209,7 @@ def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch)
     assert requested(second, "train_corpus") == {None} == requested(second, "heldout_eval_set")
     assert requested(first, "corpus_funnel") == {None}
     run(["train_corpus", "heldout_eval_set", "corpus_funnel"], None)
+    assert_row_counts_match_the_lake(instance, LakeResource(root=str(tmp_path / "lake")))
     third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
     assert third.total_requested == 0
 
