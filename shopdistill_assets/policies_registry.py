@@ -52,8 +52,9 @@ def register(spec: PolicySpec, home: Path | None = None, replace: bool = True) -
     refuses to overwrite a name unless told to (`policy add --replace`)."""
     path = registry_dir(home) / f"{spec.name}.json"
     if path.exists() and not replace:
-        raise PolicyExists(f"policy {spec.name!r} is already registered ({path}: {path.read_text().strip()!r}); "
-                           f"pass --replace to overwrite it")
+        current = {k: v for k, v in json.loads(path.read_text()).items() if v is not None and k != "name"}
+        raise PolicyExists(f"policy {spec.name!r} is already registered as {json.dumps(current, sort_keys=True)} "
+                           f"({path}); pass --replace to overwrite it")
     path.write_text(json.dumps(asdict(spec), indent=1, sort_keys=True) + "\n")
     return path
 
