@@ -23,17 +23,25 @@ demo: setup
 
 validate: setup
 	$(BIN)/python -m pip check
-	DAGSTER_HOME=$$(mktemp -d) $(BIN)/dagster definitions validate -m shopdistill_assets.definitions
+	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/dg check defs
 
 test: validate
 	$(BIN)/python -m pytest -q
 
 # The UI and the daemon (sensors, schedule, automation, backfills) on the local instance. Roots come
 # from the SHOPDISTILL_* variables exactly as for the CLI (`.venv/bin/shopdistill env` prints them).
+# One `make dev` per project home: a second one fails here instead of starting a second daemon on the
+# same instance, or a UI on another port (the port is given, so Dagster never picks another).
+DEV_PORT ?= 3000
+DEV_LOCK = $(SHOPDISTILL_HOME)/dagster/.make-dev.lock
 dev: setup
 	mkdir -p $(SHOPDISTILL_HOME)/dagster
 	test -f $(SHOPDISTILL_HOME)/dagster/dagster.yaml || cp dagster.yaml $(SHOPDISTILL_HOME)/dagster/dagster.yaml
-	DAGSTER_HOME=$(SHOPDISTILL_HOME)/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	@$(BIN)/python -c "import socket, sys; s = socket.socket(); busy = s.connect_ex(('127.0.0.1', $(DEV_PORT))) == 0; \
+	sys.exit('make dev: 127.0.0.1:$(DEV_PORT) is already in use (a make dev already running? its UI is at http://127.0.0.1:$(DEV_PORT)); stop it, or choose another port: make dev DEV_PORT=3001' if busy else 0)"
+	@DAGSTER_HOME=$(SHOPDISTILL_HOME)/dagster flock -n -E 75 $(DEV_LOCK) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DEV_PORT) \
+	|| { rc=$$?; if [ $$rc -eq 75 ]; then echo "make dev: another make dev already runs on $(SHOPDISTILL_HOME) (one daemon per instance): stop it first" >&2; fi; exit $$rc; }
 
 env: setup
 	$(BIN)/shopdistill env

@@ -17,9 +17,9 @@ from resources.s3 import is_s3_uri, parse_s3_uri
 _DAY_FOLDER = re.compile(r"^day=(\d{4}-\d{2}-\d{2})$")
 
 
-def _fingerprint(entries: list[tuple[str, int, str]]) -> str:
+def _fingerprint(entries: list[tuple[str, int, str, float]]) -> str:
     digest = hashlib.sha256()
-    for name, size, version in sorted(entries):
+    for name, size, version, _ in sorted(entries):
         digest.update(f"{name}\x1f{size}\x1f{version}\n".encode("utf-8", "backslashreplace"))
     return digest.hexdigest()[:20]
 
@@ -35,7 +35,8 @@ def _local_entries(root: Path) -> dict[str, list[tuple[str, int, str]]]:
         for path in folder.iterdir():
             if path.is_file() and is_day_file(path.name):
                 stat = path.stat()
-                days.setdefault(match.group(1), []).append((path.name, stat.st_size, str(stat.st_mtime_ns)))
+                days.setdefault(match.group(1), []).append(
+                    (path.name, stat.st_size, str(stat.st_mtime_ns), stat.st_mtime))
     return days
 
 
@@ -49,14 +50,22 @@ def _s3_entries(firehose: FirehoseResource) -> dict[str, list[tuple[str, int, st
             folder, _, name = obj["Key"][len(base):].partition("/")
             match = _DAY_FOLDER.match(folder)
             if match and "/" not in name and is_day_file(name):
-                days.setdefault(match.group(1), []).append((name, obj["Size"], obj.get("ETag", "")))
+                # LastModified has whole seconds: count the second as a whole (run again, not skip)
+                changed = obj["LastModified"].timestamp() + 1.0 if obj.get("LastModified") else float("inf")
+                days.setdefault(match.group(1), []).append((name, obj["Size"], obj.get("ETag", ""), changed))
     return days
+
+
+def scan_firehose(firehose: FirehoseResource) -> dict[str, tuple[str, float]]:
+    """day -> (fingerprint, when its newest file last changed, epoch seconds), for every day
+    folder holding at least one day file."""
+    entries = _s3_entries(firehose) if is_s3_uri(firehose.root) else _local_entries(Path(firehose.root))
+    return {day: (_fingerprint(files), max(f[3] for f in files)) for day, files in entries.items()}
 
 
 def scan_days(firehose: FirehoseResource) -> dict[str, str]:
     """day -> fingerprint, for every day folder holding at least one day file."""
-    entries = _s3_entries(firehose) if is_s3_uri(firehose.root) else _local_entries(Path(firehose.root))
-    return {day: _fingerprint(files) for day, files in entries.items()}
+    return {day: fp for day, (fp, _) in scan_firehose(firehose).items()}
 
 
 def day_has_files(firehose: FirehoseResource, day: str) -> bool:
@@ -64,6 +73,12 @@ def day_has_files(firehose: FirehoseResource, day: str) -> bool:
         return bool(firehose.list_day(day))
     except LookupError:
         return False
+
+
+def ingested_since(ingested_at: dict[str, float], changed_at: dict[str, float]) -> set[str]:
+    """Days whose raw_firehose was materialized after their newest file changed: a run (the
+    demo's, the CLI's) already read exactly these files, so the sensor need not request them."""
+    return {day for day, at in ingested_at.items() if day in changed_at and at > changed_at[day]}
 
 
 def changed_days(seen: dict[str, str], current: dict[str, str], processable) -> list[str]:

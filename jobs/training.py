@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 
-from dagster import AssetKey, AssetSelection, DefaultSensorStatus, RunRequest, define_asset_job, sensor
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    AssetSelection,
+    DefaultSensorStatus,
+    RunRequest,
+    define_asset_job,
+    sensor,
+)
 
 from shopdistill_assets.train import STAGES
 
@@ -24,16 +32,26 @@ policy_eval_job = define_asset_job("policy_eval_job", selection=AssetSelection.a
                                    description="Held-out evaluation of one policy (a dynamic partition).")
 
 
-@sensor(job=policy_eval_job, default_status=DefaultSensorStatus.STOPPED, minimum_interval_seconds=60,
+def _latest_storage_id(instance, asset: str, partition: str | None = None) -> int | None:
+    records_filter = AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition] if partition else None)
+    records = instance.fetch_materializations(records_filter, limit=1).records
+    return records[0].storage_id if records else None
+
+
+# Running by default, like the firehose sensor: a checkpoint trained from the UI gets evaluated.
+# A checkpoint that already has a later evaluation (the demo's) is not evaluated again.
+@sensor(job=policy_eval_job, default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
         description="A new checkpoint of a stage -> policy_eval of that stage's policy (its partition).")
 def checkpoint_eval_sensor(context):
     seen = json.loads(context.cursor) if context.cursor else {}
     for stage in STAGES.values():
-        event = context.instance.get_latest_materialization_event(AssetKey(stage.asset))
-        if event is None or seen.get(stage.name, -1) >= event.storage_id:
+        checkpoint = _latest_storage_id(context.instance, stage.asset)
+        if checkpoint is None or seen.get(stage.name, -1) >= checkpoint:
             continue
-        seen[stage.name] = event.storage_id
-        yield RunRequest(run_key=f"{stage.name}:{event.storage_id}", partition_key=stage.name)
+        seen[stage.name] = checkpoint
+        if (_latest_storage_id(context.instance, "policy_eval", stage.name) or -1) > checkpoint:
+            continue
+        yield RunRequest(run_key=f"{stage.name}:{checkpoint}", partition_key=stage.name)
     context.update_cursor(json.dumps(seen, sort_keys=True))
 
 

@@ -240,32 +240,83 @@ def decompressed_chunks(stored: Iterator[bytes], compression: str) -> Iterator[b
     raise ValueError(f"unknown compression {compression!r}")
 
 
+_GZIP_FLAGS = {"text": 1, "hcrc": 2, "extra": 4, "name": 8, "comment": 16}
+
+
+def _gzip_header_length(buf: bytes | bytearray) -> int | None:
+    """Bytes of the gzip member header at the start of `buf`; None while it is incomplete."""
+    if len(buf) >= 2 and buf[:2] != b"\x1f\x8b" or len(buf) >= 3 and buf[2] != 8:
+        raise CorruptFile("gzip: not a gzip member (bad magic or method)")
+    if len(buf) < 10:
+        return None
+    flags, at = buf[3], 10
+    if flags & _GZIP_FLAGS["extra"]:
+        if len(buf) < at + 2:
+            return None
+        at += 2 + int.from_bytes(buf[at:at + 2], "little")
+    for flag in ("name", "comment"):
+        if flags & _GZIP_FLAGS[flag]:
+            end = buf.find(b"\0", at)
+            if end < 0:
+                return None
+            at = end + 1
+    if flags & _GZIP_FLAGS["hcrc"]:
+        at += 2
+    return at if len(buf) >= at else None
+
+
 def _gunzip(stored: Iterator[bytes]) -> Iterator[bytes]:
-    """Concatenated gzip members; each member's CRC-32 and length are checked by zlib."""
-    member, started = zlib.decompressobj(wbits=31), False
-    for data in stored:
-        while data:
-            if not started:
-                data = data.lstrip(b"\0")  # zero padding between or after members is allowed
-                if not data:
-                    break
-                started = True
-            try:
-                out = member.decompress(data, _CHUNK)
-                while True:  # bounded output: a small member can inflate to gigabytes
-                    if out:
-                        yield out
-                    if not member.unconsumed_tail and len(out) < _CHUNK:
-                        break
-                    out = member.decompress(member.unconsumed_tail, _CHUNK)
-            except zlib.error as exc:
-                raise CorruptFile(f"gzip: {exc}") from None
-            if not member.eof:
+    """Concatenated gzip members. Each member is inflated raw and its CRC-32 and length are
+    checked here, after its bytes have been handed out: zlib's own gzip mode drops the output
+    of the call that fails the check, which for a small file is the whole file, and the ledger
+    must see every line that decoded (core/lines.py: corrupt_file)."""
+    chunks, buf = iter(stored), bytearray()
+    while True:
+        while True:  # the next member's header, past any zero padding
+            buf = bytearray(buf.lstrip(b"\0"))
+            header = _gzip_header_length(buf) if buf else None
+            if header is not None:
                 break
-            data = member.unused_data
-            member, started = zlib.decompressobj(wbits=31), False
-    if started:
-        raise TruncatedFile("gzip stream ended inside a member (truncated file)")
+            more = next(chunks, None)
+            if more is None:
+                if buf:
+                    raise TruncatedFile("gzip stream ended inside a member header (truncated file)")
+                return
+            buf += more
+        yield from _inflate_member(bytes(buf[header:]), chunks, buf)
+
+
+def _inflate_member(data: bytes, chunks: Iterator[bytes], rest: bytearray) -> Iterator[bytes]:
+    """One member's deflate data and trailer; what follows the member is left in `rest`."""
+    inflater, crc, size = zlib.decompressobj(wbits=-15), 0, 0
+    while True:
+        try:
+            out = inflater.decompress(data, _CHUNK)
+            while True:  # bounded output: a small member can inflate to gigabytes
+                if out:
+                    crc, size = zlib.crc32(out, crc), size + len(out)
+                    yield out
+                if inflater.eof or not inflater.unconsumed_tail and len(out) < _CHUNK:
+                    break
+                out = inflater.decompress(inflater.unconsumed_tail, _CHUNK)
+        except zlib.error as exc:
+            raise CorruptFile(f"gzip: {exc}") from None
+        if inflater.eof:
+            break
+        data = next(chunks, None)
+        if data is None:
+            raise TruncatedFile("gzip stream ended inside a member (truncated file)")
+    # What follows the deflate data; with an output cap, zlib may leave it in unconsumed_tail.
+    trailer = bytearray(inflater.unused_data or inflater.unconsumed_tail)
+    while len(trailer) < 8 and (more := next(chunks, None)) is not None:
+        trailer += more
+    if len(trailer) < 8:
+        raise TruncatedFile("gzip stream ended inside a member trailer (truncated file)")
+    if int.from_bytes(trailer[:4], "little") != crc:
+        raise CorruptFile(f"gzip: incorrect data check (CRC-32) after {size} decoded bytes")
+    if int.from_bytes(trailer[4:8], "little") != size & 0xFFFFFFFF:
+        raise CorruptFile(f"gzip: incorrect length check after {size} decoded bytes")
+    rest[:] = trailer[8:]
 
 
 def _unzstd(stored: Iterator[bytes]) -> Iterator[bytes]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import socket
 import sys
 import traceback
@@ -19,8 +20,10 @@ import warnings
 from datetime import date
 from pathlib import Path
 
-from shopdistill_assets import settings
+from shopdistill_assets import cli_checks, settings
+from shopdistill_assets.cli_checks import CheckFailed, positive_int
 from shopdistill_assets.core.days import DayError, check_days, parse_day
+from shopdistill_assets.progress import Progress
 from shopdistill_assets.sim.arena import DEFAULT_MIX, ArenaConfig
 
 
@@ -47,7 +50,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         corrupt_share=args.corrupt_share, reupload_share=args.reupload_share,
         other_dialect_share=args.other_dialect_share,
     )
-    summary = simulate(cfg)
+    with Progress("simulate", total=cfg.days, unit="days") as bar:
+        summary = simulate(cfg, on_day=lambda day: bar.advance(note=f"{day} {cfg.traces_per_day} traces"))
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -137,10 +141,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     catalog = Path(args.catalog) if args.catalog else _arena_dir(args) / "catalog"
     if not catalog.exists():
         raise CLIError(f"no catalog at {catalog}: pass --catalog PATH or --arena DIR")
+    cli_checks.served_model(args.endpoint, args.model, timeout_s=min(args.timeout, 10.0))
     cfg = RolloutConfig(samples=args.samples, max_steps=args.max_steps, concurrency=args.concurrency,
                         request_timeout_s=args.timeout, episode_time_limit_s=args.episode_timeout,
                         tool_timeout_s=args.tool_timeout)
-    result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
+    with Progress(f"eval {len(problems)} problems x {args.samples} samples"):
+        result = evaluate(args.endpoint, args.model, problems, load_catalog(catalog), cfg)
     summary = result.summary()
     print(json.dumps(summary, indent=1, default=str))
     errors = summary.get("errors", {})
@@ -193,9 +199,12 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     from shopdistill_assets.runner import materialize_days
 
     resources = build_resources(firehose_root=args.firehose, lake_root=args.lake, endpoint_url=args.endpoint_url)
+    roots = settings.resolve_roots()
+    cli_checks.firehose_days(roots.firehose, roots.endpoint_url, days)  # before any run: no day turns red
     ops = {"leak_clusters": {"decontaminate": [str(Path(p).resolve()) for p in args.decontaminate]}} \
         if args.decontaminate else None
-    runs = materialize_days(resources, CORPUS_ASSETS, days, ops=ops)
+    with Progress("corpus", total=len(days), unit="days") as bar:
+        runs = materialize_days(resources, CORPUS_ASSETS, days, ops=ops, progress=bar)
     print_funnel(runs)
     for run in runs:
         leak = run.metadata.get("leak_clusters", {})
@@ -267,11 +276,12 @@ def _snapshot(args: argparse.Namespace) -> int:
 
     resources = build_resources(lake_root=args.lake, endpoint_url=args.endpoint_url)
     lake = lake_resource()
-    if not lake.list_days("split_traces"):
-        raise CLIError(f"no split_traces day in the lake {lake.root}: run `shopdistill corpus --day YYYY-MM-DD` first")
+    suites = args.suites or [p for p in os.environ.get(settings.SUITES, "").split(os.pathsep) if p]
+    cli_checks.snapshot_inputs(lake, args.end_day, args.window_days, suites)
     train = {"window_days": args.window_days, **({"end_day": args.end_day} if args.end_day else {})}
     heldout = {"suites": [str(Path(p).resolve()) for p in args.suites]} if args.suites else {}
-    run = materialize_unpartitioned(resources, SNAPSHOT_ASSETS, ops={"train_corpus": train, "heldout_eval_set": heldout})
+    with Progress("snapshot train_corpus + heldout_eval_set"):
+        run = materialize_unpartitioned(resources, SNAPSHOT_ASSETS, ops={"train_corpus": train, "heldout_eval_set": heldout})
     for name in SNAPSHOT_ASSETS:
         m = run.metadata.get(name)
         if m:
@@ -320,12 +330,18 @@ def cmd_policy(args: argparse.Namespace) -> int:
         for spec in registered():
             print(json.dumps(spec.__dict__, sort_keys=True))
         return 0
+    if not args.name:
+        raise CLIError("policy add NAME: give the policy a name")
     try:
         spec = PolicySpec(name=args.name, endpoint=args.endpoint, model=args.model, checkpoint=args.checkpoint,
                           scripted=args.scripted)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    path = register(spec)
+    if spec.checkpoint:
+        cli_checks.checkpoint_folder(spec.checkpoint)
+    if spec.endpoint and not spec.model:
+        raise CLIError("policy add --endpoint URL needs --model NAME (the model the endpoint serves)")
+    path = register(spec, replace=args.replace)
     from shopdistill_assets.evaluation import policy_partitions
     from shopdistill_assets.instance import project_instance
 
@@ -355,24 +371,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     arena = home / "arena"
     start = parse_day(args.start_day)
     print(f"[1/5] simulating {DEMO_DAYS} arena days x {args.traces_per_day} traces into {arena}")
-    simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
-                         seed=args.seed, problems_per_day=60))
+    with Progress("      simulate", total=DEMO_DAYS, unit="days") as bar:
+        simulate(ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS, traces_per_day=args.traces_per_day,
+                             seed=args.seed, problems_per_day=60), on_day=lambda day: bar.advance(note=str(day)))
     resources = build_resources(firehose_root=str(arena / "firehose"), lake_root=str(home / "lake"))
     days = [d.isoformat() for d in ArenaConfig(out=arena, start_day=start, days=DEMO_DAYS).day_list()]
     print("[2/5] corpus path and leak split, one Dagster run per day")
-    runs = materialize_days(resources, CORPUS_ASSETS, days)
+    with Progress("      corpus", total=len(days), unit="days") as bar:
+        runs = materialize_days(resources, CORPUS_ASSETS, days, progress=bar)
     print_funnel(runs)
     print("[3/5] train_corpus and heldout_eval_set snapshots")
-    snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
-                                     ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
+    with Progress("      snapshots"):
+        snap = materialize_unpartitioned(resources, SNAPSHOT_ASSETS,
+                                         ops={"heldout_eval_set": {"suites": [str(arena / "suites")]}})
     corpus, heldout = snap.metadata.get("train_corpus", {}), snap.metadata.get("heldout_eval_set", {})
     print(f"      train_corpus {corpus.get('version')}: {corpus.get('dagster/row_count')} traces over "
           f"{corpus.get('days')} days")
     print(f"      heldout_eval_set {heldout.get('version')}: {heldout.get('dagster/row_count')} problems")
     print("[4/5] held-out evaluation of the scripted baselines, served over HTTP")
     for name in ("oracle", "random"):
-        register(PolicySpec(name=name, scripted=name), home)
-    evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}})
+        register(PolicySpec(name=name, scripted=name), home, replace=True)
+    with Progress("      policy_eval", total=2, unit="policies") as bar:
+        evals = materialize_policies(resources, ["oracle", "random"], ops={"policy_eval": {"samples": args.samples}},
+                                     progress=bar)
     for run in evals:
         m = run.metadata.get("policy_eval", {})
         status = "" if run.success else f"  FAILED: {run.error}"
@@ -414,8 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="write a simulated SN15 arena (catalog, suites, firehose days)")
     sim.add_argument("--out", required=True, help="output folder")
     sim.add_argument("--start-day", default="2026-11-01", help="first day, YYYY-MM-DD")
-    sim.add_argument("--days", type=int, default=1)
-    sim.add_argument("--traces-per-day", type=int, default=1000)
+    sim.add_argument("--days", type=positive_int, default=1)
+    sim.add_argument("--traces-per-day", type=positive_int, default=1000)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--mix", type=_mix, default=dict(DEFAULT_MIX),
                      help="agent style shares, e.g. agentic=0.6,subtask=0.2 (styles: %s)" % ", ".join(DEFAULT_MIX))
@@ -495,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--model", help="model name at the endpoint")
     pol.add_argument("--checkpoint", help="a transformers checkpoint folder, served in-process")
     pol.add_argument("--scripted", choices=["oracle", "random"])
+    pol.add_argument("--replace", action="store_true", help="overwrite a policy of the same name")
     pol.set_defaults(func=cmd_policy)
 
     env = sub.add_parser("env", help="print the roots every process resolves (SHOPDISTILL_* variables)")
@@ -510,7 +532,9 @@ def describe_error(exc: BaseException) -> str:
     """One line: the error's own words, with its kind where the words alone are not enough."""
     from shopdistill_assets.cli_train import CliError
 
-    if isinstance(exc, (CLIError, CliError, DayError)):
+    from shopdistill_assets.policies_registry import PolicyExists
+
+    if isinstance(exc, (CLIError, CliError, DayError, CheckFailed, PolicyExists)):
         text = str(exc)
     elif isinstance(exc, FileNotFoundError) and exc.filename:
         text = f"not found: {exc.filename}"
@@ -523,13 +547,16 @@ def describe_error(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.verbose:
-        from shopdistill_assets import runner
+    from shopdistill_assets import runner
 
+    runner.RUN_TAGS = {"shopdistill/command": args.command, "shopdistill/trigger": "cli"}
+    if args.verbose:
         runner.LOG_LEVEL = "INFO"
     else:
         warnings.simplefilter("ignore")  # Dagster's beta/preview notices are not the user's problem
     try:
+        if args.command != "env":
+            settings.start_date()  # a bad SHOPDISTILL_START_DATE is named as such, before any work
         return args.func(args)
     except KeyboardInterrupt:
         print(f"shopdistill {args.command}: interrupted", file=sys.stderr)

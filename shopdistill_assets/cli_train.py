@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shopdistill_assets import settings
+from shopdistill_assets.cli_checks import json_object
 from shopdistill_assets.train import STAGE_ORDER, STAGES
 
 SNAPSHOT_ASSETS = ["train_corpus", "train_problems", "train_rollouts", "teacher_rollouts", "resft_dataset",
@@ -67,11 +68,14 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
     from resources.launcher import launcher_from_env
 
     resources["launcher"] = launcher_from_env(echo_output=False)
+    from shopdistill_assets.progress import Progress
+
     results = []
     for name in stages:
         stage = STAGES[name]
         selection = [*stage.rollouts, stage.asset]
-        run = materialize_unpartitioned(resources, selection, ops={k: v for k, v in ops.items() if k in selection})
+        with Progress(f"train {name} ({stages.index(name) + 1}/{len(stages)} stages)"):
+            run = materialize_unpartitioned(resources, selection, ops={k: v for k, v in ops.items() if k in selection})
         if not run.success:
             raise CliError(f"train --stage {name}: {_first_line(run.error)}")
         meta = run.metadata.get(stage.asset, {})
@@ -82,8 +86,9 @@ def run_stages(stages: list[str], ops: dict[str, Any], evaluate: bool, eval_samp
         results.append({"stage": name, **meta})
     if evaluate:
         names = (["base"] if "sft" in stages else []) + stages
-        evals = materialize_policies(resources, names, ops={"policy_eval": {"samples": eval_samples,
-                                                                            "limit": eval_limit}})
+        with Progress("policy_eval", total=len(names), unit="policies") as bar:
+            evals = materialize_policies(resources, names, ops={"policy_eval": {"samples": eval_samples,
+                                                                                "limit": eval_limit}}, progress=bar)
         for run in evals:
             m = run.metadata.get("policy_eval", {})
             if not run.success:
@@ -195,7 +200,8 @@ def add_parsers(sub: Any) -> None:
     tr.add_argument("--all", action="store_true", help="all five stages in order")
     tr.add_argument("--max-steps", type=int, help="optimizer steps per stage (default: one epoch)")
     tr.add_argument("--deepspeed", help="zero2 | zero3 | a JSON file (default: the launcher's)")
-    tr.add_argument("--trainer-json", help="more TRL config kwargs for every stage, a JSON object")
+    tr.add_argument("--trainer-json", type=json_object,
+                    help="more TRL config kwargs for every stage, a JSON object (checked before any run)")
     tr.add_argument("--rollout-samples", type=int, help="resft: rollouts per train problem (default 8)")
     tr.add_argument("--problems", type=int, help="roll out only the first N train-side problems")
     tr.add_argument("--no-eval", dest="eval", action="store_false", help="skip the held-out evaluation")

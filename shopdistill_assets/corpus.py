@@ -1,6 +1,6 @@
 """The corpus path as one Dagster step per day: five named tables from one pass per line.
 
-    raw_firehose ─► corpus  (one multi_asset; can_subset=False)
+    raw_firehose ─► corpus  (one multi_asset; selecting one table runs the whole pass)
                      ├─ normalized_traces  one canonical row per problem run; re-uploads deduped in the day
                      ├─ agentic_traces     the structural filter's axis A (the LLM emitted the tool calls)
                      ├─ subtask_traces     axis B (a harness drove the tools): kept for later lifting
@@ -8,8 +8,9 @@
                      └─ rejected_traces    the ledger: every other line, with stage, reason, detail
     conservation (blocking, on each of the five): lines read == gated + subtask + rejected
 
-The five are computed together and can only be materialized together, so no table can be
-re-run alone with another config and leave the day's tables inconsistent. The files read are
+The five are computed together and always written together (a subset selection records the
+unselected tables as materialization events), so no table can be re-run alone with another
+config and leave the day's tables inconsistent. The files read are
 exactly those `raw_firehose` inventoried for the day, checked against their sha256 as they are
 read. The work itself is `core.corpus_parts`, one task per file in a process pool.
 """
@@ -25,6 +26,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetOut,
     Config,
     Failure,
@@ -138,8 +140,9 @@ def _firehose_params(firehose: FirehoseResource) -> dict:
 
 
 @multi_asset(
-    name="corpus", partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], can_subset=False,
-    outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION)
+    name="corpus", partitions_def=daily_partitions, group_name="corpus", deps=[raw_firehose], can_subset=True,
+    outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION,
+                      is_required=False)  # a subset's unselected tables come as materialization events
           for t in TABLES},
     description="Normalize, classify and gate every line of the day's inventoried firehose files in one pass.",
 )
@@ -172,9 +175,15 @@ def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: Fireh
     extra = {"files": len(files), "files_not_inventoried": len(not_inventoried),
              "files_truncated": sum(s.end is not None and s.end.reason == "truncated_file" for s in staged),
              "files_corrupt": sum(s.corrupt for s in staged)}
+    # One pass writes all five tables, whatever was selected (`--select gated_traces` runs the
+    # step): the selected ones are its outputs, the others are recorded as materializations too,
+    # so Dagster's record of every table matches what the lake holds.
     for table in TABLES:
-        yield MaterializeResult(asset_key=table, metadata={**funnel.metadata(table), **common,
-                                                           **(extra if table == "normalized_traces" else {})})
+        metadata = {**funnel.metadata(table), **common, **(extra if table == "normalized_traces" else {})}
+        if AssetKey(table) in context.selected_asset_keys:
+            yield MaterializeResult(asset_key=table, metadata=metadata)
+        else:
+            context.log_event(AssetMaterialization(asset_key=table, partition=day, metadata=metadata))
 
 
 class _Funnel:
@@ -244,6 +253,7 @@ def count_units(firehose: FirehoseResource, lake: LakeResource, day: str, worker
     specs=[AssetCheckSpec("conservation", asset=t, blocking=True,
                           description="lines read == gated_traces + subtask_traces + rejected_traces, "
                                       "and every (source_file, source_line) lands exactly once") for t in TABLES],
+    can_subset=True,  # one table's check alone, when one table of the corpus step is selected
     description="Conservation over the day's tables, recounting the inventoried firehose files independently.",
 )
 def conservation(context, firehose: FirehoseResource, lake: LakeResource):
@@ -274,6 +284,8 @@ def conservation(context, firehose: FirehoseResource, lake: LakeResource):
     description = None if passed else changed or f"{units} lines read but {total} rows accounted ({total - distinct} duplicates)"
     metadata = {"lines_read": units, "accounted": total, "duplicates": total - distinct, **counts}
     for table in TABLES:
+        if AssetKey(table) not in {key.asset_key for key in context.selected_asset_check_keys}:
+            continue
         yield AssetCheckResult(asset_key=table, check_name="conservation", passed=passed, metadata=metadata,
                                description=description)
 

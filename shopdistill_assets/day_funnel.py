@@ -11,11 +11,11 @@ import hashlib
 import json
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, TableColumn, TableRecord, TableSchema, asset
 
 from resources.lake import LakeResource
 from shopdistill_assets.core.day_funnel import (
-    HEADER, TABLES, DayCounts, funnel_markdown, funnel_png, png_markdown, reasons_markdown,
+    HEADER, TABLES, DayCounts, funnel_png, png_markdown, reasons_long,
 )
 from shopdistill_assets.lake_sql import connect
 
@@ -42,6 +42,17 @@ def day_counts(lake: LakeResource) -> list[DayCounts]:
     return [days[k] for k in sorted(days)]
 
 
+def typed_table(rows: list[dict], columns: dict[str, str]) -> MetadataValue:
+    """Dagster's table metadata: the UI shows it as a real table (typed columns, scrolls when
+    wide) instead of a markdown block clipped at the panel's width."""
+    schema = TableSchema(columns=[TableColumn(name, kind) for name, kind in columns.items()])
+    return MetadataValue.table([TableRecord({k: r.get(k) for k in columns}) for r in rows], schema=schema)
+
+
+FUNNEL_COLUMNS = {name: ("string" if name == "day" else "int") for name in HEADER}
+REASON_COLUMNS = {"day": "string", "stage": "string", "reason": "string", "lines": "int"}
+
+
 @asset(group_name="reports", kinds={"python", "duckdb"}, code_version="1",
        deps=["normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"],
        description="The corpus funnel of every day in the lake: a table (lines, traces, agentic, sub-task, "
@@ -63,9 +74,9 @@ def corpus_funnel(context: AssetExecutionContext, lake: LakeResource) -> Materia
         "incomplete_days": len(days) - len(complete),
         "lines": sum(d.lines for d in complete),
         **totals,
-        "funnel": MetadataValue.md(funnel_markdown(days)),
+        "funnel": typed_table([dict(zip(HEADER, d.row())) for d in days], FUNNEL_COLUMNS),
         "plot": MetadataValue.md(png_markdown(png)),
-        "reasons_by_day": MetadataValue.md(reasons_markdown(days)),
+        "reasons_by_day": typed_table(reasons_long(days), REASON_COLUMNS),
         "version": version,
     })
 

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 import os
 
-from dagster import AssetSpec, Definitions, EnvVar, in_process_executor
+from dagster import (
+    AssetSelection,
+    AssetSpec,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    EnvVar,
+    in_process_executor,
+)
 
 from jobs import CONDITIONS, corpus_daily_job, corpus_daily_schedule, firehose_day_sensor
 from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
@@ -55,7 +63,13 @@ ASSETS = [
 ASSET_CHECKS: list = [*CORPUS_CHECKS, *SPLIT_CHECKS, *TRAINING_DATA_CHECKS, *EVAL_CHECKS]
 JOBS = [corpus_daily_job, oro_api_daily_job, *TRAINING_JOBS]
 SCHEDULES = [corpus_daily_schedule]
-SENSORS = [firehose_day_sensor, oro_api_day_sensor, *TRAINING_SENSORS]
+# Declared here, not left to Dagster: the one it adds by itself is created stopped (1.13), and then
+# nothing follows the corpus. Same name, so the UI and docs keep calling it what Dagster calls it.
+default_automation_condition_sensor = AutomationConditionSensorDefinition(
+    "default_automation_condition_sensor", target=AssetSelection.all(), default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="The split and the snapshots follow the corpus (jobs/automation.py).")
+SENSORS = [firehose_day_sensor, oro_api_day_sensor, *TRAINING_SENSORS, default_automation_condition_sensor]
 
 
 def shopdistill_home():

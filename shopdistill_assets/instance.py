@@ -9,11 +9,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 _REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
-_FALLBACK_YAML = """storage:
-  sqlite:
-    base_dir:
-      env: DAGSTER_HOME
-run_launcher:
+_FALLBACK_YAML = """run_launcher:
   module: shopdistill_assets.run_monitoring
   class: PidMonitoredRunLauncher
 run_monitoring:

@@ -43,8 +43,18 @@ def registry_dir(home: Path | None = None) -> Path:
     return folder
 
 
-def register(spec: PolicySpec, home: Path | None = None) -> Path:
+class PolicyExists(FileExistsError):
+    """A policy of that name is registered already and the caller did not ask to replace it."""
+
+
+def register(spec: PolicySpec, home: Path | None = None, replace: bool = True) -> Path:
+    """Write the entry. Stages and the demo re-register their own names (replace=True); the CLI
+    refuses to overwrite a name unless told to (`policy add --replace`)."""
     path = registry_dir(home) / f"{spec.name}.json"
+    if path.exists() and not replace:
+        current = {k: v for k, v in json.loads(path.read_text()).items() if v is not None and k != "name"}
+        raise PolicyExists(f"policy {spec.name!r} is already registered as {json.dumps(current, sort_keys=True)} "
+                           f"({path}); pass --replace to overwrite it")
     path.write_text(json.dumps(asdict(spec), indent=1, sort_keys=True) + "\n")
     return path
 

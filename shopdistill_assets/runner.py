@@ -37,6 +37,37 @@ def failure_line(event) -> str:
     return f"{event.step_key}: " + " ".join(str(text).split())
 
 
+def step_throughput(instance, run_id: str) -> list[str]:
+    """One line per finished step of a run: its time, and its rate over the rows it read (`in`)
+    or wrote (`dagster/row_count`), from the run's own event log."""
+    started, lines, units = {}, [], {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None or not event.step_key:
+            continue
+        if event.event_type_value == "STEP_START":
+            started[event.step_key] = entry.timestamp
+        elif event.event_type_value == "ASSET_MATERIALIZATION":
+            meta = event.step_materialization_data.materialization.metadata
+            value = meta.get("in", meta.get("dagster/row_count"))
+            count = getattr(value, "value", value)
+            if isinstance(count, int):
+                units[event.step_key] = max(units.get(event.step_key, 0), count)
+        elif event.event_type_value == "STEP_SUCCESS" and event.step_key in started:
+            seconds = max(entry.timestamp - started[event.step_key], 1e-3)
+            rows = units.get(event.step_key)
+            rate = f", {rows:,} rows ({rows / seconds:,.0f} rows/s)" if rows else ""
+            lines.append(f"{event.step_key}: {seconds:.1f} s{rate}")
+    return lines
+
+
+def _log_throughput(instance, result) -> None:
+    """Per-step throughput into the run's log in the UI (an engine event), for runs of the CLI."""
+    lines = step_throughput(instance, result.run_id)
+    if lines:
+        instance.report_engine_event("throughput: " + "; ".join(lines), result.dagster_run)
+
+
 def _collect(result, run: DayRun) -> DayRun:
     for event in result.get_asset_materialization_events():
         mat = event.step_materialization_data.materialization
@@ -57,6 +88,15 @@ def _selected(asset_names: list[str]):
     return [*assets, *checks]
 
 
+# Tags on every run this process launches; the CLI sets the command, so the UI's run list shows
+# `shopdistill/command: corpus` rather than an anonymous __ephemeral_asset_job__.
+RUN_TAGS: dict[str, str] = {}
+
+
+def _tags(**extra: str) -> dict[str, str]:
+    return {**RUN_TAGS, **extra}
+
+
 # Failures come back as one line each (DayRun.error); the console logger's stack traces only
 # with `shopdistill --verbose`, which sets this to INFO.
 LOG_LEVEL = "CRITICAL"
@@ -74,17 +114,23 @@ def materialize_unpartitioned(resources: dict[str, Any], asset_names: list[str],
     """Snapshots (train_corpus, heldout_eval_set, stages): one run, no partition."""
     try:
         result = materialize(_selected(asset_names), instance=project_instance(), resources=resources,
-                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops),
+                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops), tags=_tags(),
                              selection=[AssetKey.from_user_string(n) for n in asset_names])
     except Exception as exc:
         if raise_on_error:
             raise
         return DayRun("-", False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split()))
+    _log_throughput(project_instance(), result)
     return _collect(result, DayRun("-", result.success))
 
 
+def _advance(progress, run: DayRun) -> None:
+    if progress is not None:
+        progress.advance(note=f"{run.day} {'ok' if run.success else 'FAILED'}")
+
+
 def materialize_days(resources: dict[str, Any], asset_names: list[str], days: list[str], ops: dict[str, Any] | None = None,
-                     raise_on_error: bool = False, log_level: str | None = None) -> list[DayRun]:
+                     raise_on_error: bool = False, log_level: str | None = None, progress=None) -> list[DayRun]:
     """Each day in order (the leak state of day D builds on day D-1), one run per day, with the
     blocking checks of those assets."""
     instance = project_instance()
@@ -93,20 +139,23 @@ def materialize_days(resources: dict[str, Any], asset_names: list[str], days: li
     for day in days:
         try:
             result = materialize(selected, partition_key=day, instance=instance, resources=resources,
-                                 raise_on_error=raise_on_error,
+                                 raise_on_error=raise_on_error, tags=_tags(),
                                  selection=[AssetKey.from_user_string(n) for n in asset_names],
                                  run_config=_run_config(log_level, ops))
         except Exception as exc:  # a day that cannot even start (bad config, unknown partition)
             if raise_on_error:
                 raise
             runs.append(DayRun(day, False, error=f"{type(exc).__name__}: " + " ".join(str(exc).split())))
+            _advance(progress, runs[-1])
             continue
+        _log_throughput(instance, result)
         runs.append(_collect(result, DayRun(day, result.success)))
+        _advance(progress, runs[-1])
     return runs
 
 
 def materialize_policies(resources: dict[str, Any], policies: list[str], ops: dict[str, Any] | None = None,
-                         raise_on_error: bool = False, log_level: str | None = None) -> list[DayRun]:
+                         raise_on_error: bool = False, log_level: str | None = None, progress=None) -> list[DayRun]:
     """`policy_eval` for each policy (a dynamic partition, added if new)."""
     from shopdistill_assets.evaluation import policy_partitions
 
@@ -116,6 +165,8 @@ def materialize_policies(resources: dict[str, Any], policies: list[str], ops: di
     runs = []
     for name in policies:
         result = materialize(_selected(["policy_eval"]), partition_key=name, instance=instance, resources=resources,
-                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops))
+                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops), tags=_tags())
+        _log_throughput(instance, result)
         runs.append(_collect(result, DayRun(name, result.success)))
+        _advance(progress, runs[-1])
     return runs

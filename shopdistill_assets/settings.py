@@ -96,8 +96,17 @@ def _absolute(root: str) -> str:
 
 
 def start_date(environ=None) -> str:
+    """SHOPDISTILL_START_DATE, checked: a bad value is named as the variable, not as a --day."""
+    from shopdistill_assets.core.days import DayError, parse_day
+
     environ = os.environ if environ is None else environ
-    return environ.get(START_DATE) or DEFAULT_START_DATE
+    text = environ.get(START_DATE) or DEFAULT_START_DATE
+    try:
+        parse_day(text)
+    except DayError as exc:
+        raise DayError(f"{START_DATE}={text!r} is not a valid first day: {exc}; set it to a date such as "
+                       f"{DEFAULT_START_DATE}") from None
+    return text
 
 
 def describe(roots: Roots) -> str:

@@ -27,9 +27,10 @@ from resources.lake import LakeResource
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tick(firehose: FirehoseResource, cursor: str | None):
+def tick(firehose: FirehoseResource, cursor: str | None, instance: dg.DagsterInstance | None = None):
     """One sensor evaluation, as the daemon runs it: (partition keys requested, run keys, new cursor)."""
-    with dg.build_sensor_context(cursor=cursor, resources={"firehose": firehose}) as context:
+    instance = instance or dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(cursor=cursor, resources={"firehose": firehose}, instance=instance) as context:
         result = firehose_day_sensor(context)
     return [r.partition_key for r in result.run_requests], [r.run_key for r in result.run_requests], result.cursor
 
@@ -94,6 +95,23 @@ def test_the_sensor_fires_once_per_new_day_and_again_for_late_or_reuploaded_file
     assert set(json.loads(cursor)) == {"2026-11-02", "2026-11-03", "2026-11-04"}
 
 
+def test_the_first_tick_after_the_demo_does_not_rerun_days_already_ingested(firehose):
+    """`make dev` after `make demo`: the demo's days were ingested after their files were written,
+    so the sensor's first tick takes them as seen; a day re-uploaded since then runs again."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        for day in ("2026-11-02", "2026-11-03", "2026-11-04"):
+            firehose.put(day, "part-000.jsonl.gz", day_file())
+        time.sleep(1.1)  # past S3's whole-second LastModified
+        for day in ("2026-11-02", "2026-11-03"):  # the demo ingested these two
+            instance.report_runless_asset_event(dg.AssetMaterialization("raw_firehose", partition=day))
+        time.sleep(0.05)
+        firehose.put("2026-11-03", "part-000.jsonl.gz", day_file(lines=3))  # re-uploaded after the demo
+        days, _, cursor = tick(firehose.resource, None, instance)
+        assert days == ["2026-11-03", "2026-11-04"]
+        assert set(json.loads(cursor)) == {"2026-11-02", "2026-11-03", "2026-11-04"}
+        assert tick(firehose.resource, cursor, instance)[0] == []
+
+
 def test_the_schedule_skips_a_day_that_has_not_arrived(tmp_path):
     firehose = LocalFirehose(tmp_path / "firehose")
     at = datetime(2026, 11, 5, 2, 0, tzinfo=timezone.utc)
@@ -145,6 +163,23 @@ def requested(result, key: str) -> set:
     return set(result.get_requested_partitions(dg.AssetKey(key)))
 
 
+def assert_row_counts_match_the_lake(instance, lake: LakeResource) -> None:
+    """Issue 21 item 4: `dagster/row_count` of every asset outside the corpus step is the number
+    of rows its table holds (the corpus step's five tables are checked in tests/test_corpus.py)."""
+    def latest(asset: str, day: str | None = None):
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(asset), asset_partitions=[day] if day else None), limit=1).records
+        meta = records[0].asset_materialization.metadata
+        return {k: getattr(v, "value", v) for k, v in meta.items()}
+
+    for asset in ("raw_firehose", "leak_clusters", "split_traces"):
+        for day in lake.list_days(asset):
+            assert latest(asset, day)["dagster/row_count"] == lake.read_day(asset, day).height, (asset, day)
+    for asset in ("train_corpus", "heldout_eval_set", "corpus_funnel"):
+        meta = latest(asset)
+        assert meta["dagster/row_count"] == lake.read_snapshot(asset, meta["version"]).height, asset
+
+
 def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch):
     from shopdistill_assets.definitions import ASSET_CHECKS, ASSETS, build_definitions
 
@@ -175,6 +210,7 @@ def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch)
     assert requested(second, "train_corpus") == {None} == requested(second, "heldout_eval_set")
     assert requested(first, "corpus_funnel") == {None}
     run(["train_corpus", "heldout_eval_set", "corpus_funnel"], None)
+    assert_row_counts_match_the_lake(instance, LakeResource(root=str(tmp_path / "lake")))
     third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
     assert third.total_requested == 0
 

@@ -51,16 +51,59 @@ def test_a_bad_day_is_refused_before_any_work(tmp_path, day, words):
     assert not (tmp_path / "lake").exists() and not (tmp_path / "home" / "dagster").exists()
 
 
-def test_a_failed_day_is_one_line_and_the_other_days_still_get_their_funnel(tiny_day, tmp_path):
+def test_a_missing_day_folder_or_root_is_refused_before_any_run(tiny_day, tmp_path):
+    """A CLI mistake must not turn a real day red in the UI: nothing is launched at all."""
+    home = tmp_path / "home"
     missing = "2026-11-29"
     proc = run_cli(["corpus", "--firehose", str(tiny_day.root), "--lake", str(tmp_path / "lake"),
-                    "--day", missing, "--day", tiny_day.day], tmp_path / "home")
+                    "--day", missing, "--day", tiny_day.day], home)
     line = one_error_line(proc, "corpus")
-    assert f"1 of 2 days failed: {missing}" in line
-    rows = {r.split()[0]: r for r in proc.stdout.splitlines() if r[:4].isdigit() and " leak: " not in r}
-    assert rows[missing].split()[1] == "FAILED:" and f"no firehose files for day {missing}" in rows[missing]
-    assert rows[tiny_day.day].split()[-1] == "ok", proc.stdout
-    assert len(proc.stdout.splitlines()) < 12  # no stack trace in the funnel either
+    assert f"no firehose files for day {missing} under {tiny_day.root}" in line and "nothing was run" in line
+    proc = run_cli(["corpus", "--firehose", str(tmp_path / "no" / "such" / "folder"), "--day", tiny_day.day], home)
+    assert f"the firehose root {tmp_path / 'no' / 'such' / 'folder'} is not a folder" in one_error_line(proc, "corpus")
+    assert not (home / "dagster").exists() and not (tmp_path / "lake").exists()  # no run, no instance, no lake
+
+
+def test_snapshot_checks_both_snapshots_inputs_before_writing_either(tiny_day, tmp_path):
+    home, lake = tmp_path / "home", tmp_path / "lake"
+    ran = run_cli(["corpus", "--firehose", str(tiny_day.root), "--lake", str(lake), "--day", tiny_day.day], home)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    proc = run_cli(["snapshot", "--lake", str(lake), "--suites", str(tmp_path / "no-suites")], home)
+    line = one_error_line(proc, "snapshot")
+    assert "heldout_eval_set needs suites with ground truth" in line and "no snapshot was written" in line
+    proc = run_cli(["snapshot", "--lake", str(lake), "--end-day", "2026-11-02"], home)
+    assert "--end-day 2026-11-02 has no split_traces" in one_error_line(proc, "snapshot")
+    assert not (lake / "train_corpus").exists() and not (lake / "heldout_eval_set").exists()
+
+
+def test_policy_add_refuses_a_missing_checkpoint_and_an_overwrite_without_replace(tmp_path):
+    home = tmp_path / "home"
+    proc = run_cli(["policy", "add", "mine", "--checkpoint", "/no/such/path"], home)
+    assert "no checkpoint at /no/such/path" in one_error_line(proc, "policy")
+    assert not (home / "policies" / "mine.json").exists()
+    assert run_cli(["policy", "add", "mine", "--scripted", "random"], home).returncode == 0
+    proc = run_cli(["policy", "add", "mine", "--scripted", "oracle"], home)
+    assert "policy 'mine' is already registered" in one_error_line(proc, "policy") and "--replace" in proc.stderr
+    assert '"scripted": "random"' in (home / "policies" / "mine.json").read_text()
+    assert run_cli(["policy", "add", "mine", "--scripted", "oracle", "--replace"], home).returncode == 0
+    assert '"scripted": "oracle"' in (home / "policies" / "mine.json").read_text()
+
+
+def test_a_bad_start_date_is_named_as_the_variable(tmp_path):
+    proc = run_cli(["corpus", "--day", "2026-11-02"], tmp_path / "home", {"SHOPDISTILL_START_DATE": "2026-13-01"})
+    line = one_error_line(proc, "corpus")
+    assert "SHOPDISTILL_START_DATE='2026-13-01' is not a valid first day" in line and "--day" not in line
+
+
+@pytest.mark.parametrize("args, words", [
+    (["simulate", "--out", "{tmp}/x", "--days", "0"], "argument --days: 0 is not at least 1"),
+    (["train", "--stage", "sft", "--trainer-json", '{"report_to": ['], "argument --trainer-json: not valid JSON"),
+    (["train", "--stage", "sft", "--trainer-json", "[1]"], "argument --trainer-json: must be a JSON object"),
+], ids=["days-0", "trainer-json-broken", "trainer-json-list"])
+def test_option_mistakes_are_refused_by_the_parser_before_any_work(tmp_path, args, words):
+    proc = run_cli([a.replace("{tmp}", str(tmp_path)) for a in args], tmp_path / "home", timeout=60)
+    assert proc.returncode == 2 and words in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert not (tmp_path / "home" / "dagster").exists() and not (tmp_path / "x").exists()
 
 
 def test_an_s3_failure_shows_its_cause(tiny_day, moto_s3, tmp_path):
@@ -113,7 +156,7 @@ def test_eval_against_a_dead_endpoint_fails(toy, tmp_path):
                     "--heldout", str(toy / "suites"), "--catalog", str(toy / "catalog"), "--timeout", "2"],
                    tmp_path / "home", timeout=120)
     line = one_error_line(proc, "eval")
-    assert "every one of 3 episodes failed at the endpoint" in line
+    assert f"no server answers at http://127.0.0.1:{port}/v1" in line  # before any episode
 
 
 def test_eval_without_a_heldout_snapshot_points_to_snapshot(toy, tmp_path):

@@ -103,3 +103,84 @@ def test_serve_stops_on_sigterm_even_when_its_parent_ignored_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ---- hostile clients (issue 21 item 10) and a model the server does not serve (item 6) ------------
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_a_header_slowloris_is_cut_at_the_request_deadline_and_threads_are_bounded():
+    import threading
+    import time
+
+    from shopdistill_assets.eval.policies import RandomPolicy
+    from shopdistill_assets.eval.server import serve
+
+    with serve(RandomPolicy(seed=0), client_timeout_s=1.0, request_timeout_s=2.0, max_connections=8) as server:
+        base_threads = threading.active_count()
+        clients = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nX-Slow: " + b"a" * 64
+        start, closed_at, peak = time.monotonic(), {}, 0
+        for i in range(len(request)):  # one header byte per client every 0.4 s: under the socket timeout
+            for n, client in enumerate(clients):
+                if n in closed_at:
+                    continue
+                try:
+                    client.sendall(request[i:i + 1])
+                    client.settimeout(0.01)
+                    if client.recv(4096) == b"":
+                        closed_at[n] = time.monotonic() - start
+                except (TimeoutError, BlockingIOError):
+                    pass
+                except OSError:
+                    closed_at[n] = time.monotonic() - start
+            peak = max(peak, threading.active_count() - base_threads)
+            if len(closed_at) == len(clients) or time.monotonic() - start > 8:
+                break
+            time.sleep(0.4)
+        for client in clients:
+            client.close()
+        assert peak <= 8  # 12 of 20 were answered 503 at once, no thread each
+        assert len(closed_at) == 20 and max(closed_at.values()) < 4.0, closed_at  # the deadline is 2 s
+        status, reply = _post(server.url, json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode())
+        assert status == 200 and reply["choices"], reply  # still serving
+
+
+def test_a_lone_surrogate_escape_in_a_request_is_a_400_not_a_500():
+    from shopdistill_assets.eval.policies import RandomPolicy
+    from shopdistill_assets.eval.server import serve
+
+    with serve(RandomPolicy(seed=0)) as server:
+        body = b'{"model": "m", "messages": [{"role": "user", "content": "price \\ud800 under 500"}]}'
+        status, reply = _post(server.url, body)
+        assert status == 400 and "surrogate" in reply["error"]["message"], reply
+        paired = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d\\ude00 under 500"}]}'
+        assert _post(server.url, paired)[0] == 200
+
+
+def test_eval_of_a_model_the_server_does_not_serve_fails_before_any_episode(world, tmp_path):
+    env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home")}
+    proc, url = _serve(["--policy", "oracle", "--suites", str(world / "suites"), "--catalog", str(world / "catalog")], env)
+    try:
+        status, reply = _post(url, json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}).encode())
+        assert status == 404 and reply["error"]["code"] == "model_not_found"
+        out = subprocess.run([*CLI, "eval", "--endpoint", url, "--model", "gpt-4o", "--samples", "1",
+                              "--heldout", str(world / "suites"), "--catalog", str(world / "catalog")],
+                             env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert out.returncode == 1 and out.stdout == ""  # no scores at all, not the oracle's
+    assert out.stderr.strip() == (f"shopdistill eval: error: the endpoint {url} does not serve model 'gpt-4o' "
+                                  f"(it serves: oracle); pass --model with one of those")

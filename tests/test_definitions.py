@@ -40,6 +40,100 @@ def test_sensor_schedule_and_automation_are_declared():
         assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
 
 
+# What a fresh instance shows on the automation page before anyone touches a switch.
+EXPECTED_STATUS = {
+    ("sensor", "firehose_day_sensor"): "running",
+    ("sensor", "default_automation_condition_sensor"): "running",
+    ("sensor", "checkpoint_eval_sensor"): "running",
+    ("schedule", "corpus_daily_schedule"): "stopped",
+}
+
+
+def test_every_sensor_and_schedule_has_its_documented_status_on_a_fresh_instance(tmp_path):
+    from dagster._core.scheduler.instigation import InstigatorStatus
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+
+    running = {InstigatorStatus.RUNNING, InstigatorStatus.DECLARED_IN_CODE}
+    target = ModuleTarget(module_name="shopdistill_assets.definitions", attribute=None, working_directory=str(REPO),
+                          location_name="shopdistill")
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, \
+            WorkspaceProcessContext(instance, target) as workspace:
+        location = workspace.create_request_context().get_code_location("shopdistill")
+        (repository,) = location.get_repositories().values()
+        seen = {}
+        for kind, instigators in (("sensor", repository.get_sensors()), ("schedule", repository.get_schedules())):
+            for instigator in instigators:
+                stored = instance.get_instigator_state(instigator.get_remote_origin_id(), instigator.selector_id)
+                status = instigator.get_current_instigator_state(stored).status
+                seen[(kind, instigator.name)] = "running" if status in running else "stopped"
+    assert seen == EXPECTED_STATUS
+
+
+def test_the_checkpoint_sensor_evaluates_new_checkpoints_but_not_ones_already_evaluated():
+    from jobs.training import checkpoint_eval_sensor
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("policies", ["sft", "resft"])
+        instance.report_runless_asset_event(dg.AssetMaterialization("sft_checkpoint"))
+        instance.report_runless_asset_event(dg.AssetMaterialization("resft_checkpoint"))
+        # resft was evaluated after its checkpoint (what the demo does): nothing to do for it.
+        instance.report_runless_asset_event(dg.AssetMaterialization("policy_eval", partition="resft"))
+        context = dg.build_sensor_context(instance=instance)
+        requests = list(checkpoint_eval_sensor(context))
+        assert [r.partition_key for r in requests] == ["sft"]
+        again = list(checkpoint_eval_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor)))
+        assert again == []
+
+
+def root_env(home: Path) -> dict:
+    """A new user's shell at the repo root: no DAGSTER_HOME, no SHOPDISTILL_* but the home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOPDISTILL_", "DAGSTER_"))}
+    return {**env, "SHOPDISTILL_HOME": str(home)}
+
+
+@pytest.mark.parametrize("command", [
+    ["dagster", "definitions", "validate", "-w", "workspace.yaml"],
+    ["dagster", "definitions", "validate"],  # [tool.dagster] in pyproject.toml
+    ["dg", "check", "defs"],
+    ["dg", "list", "defs", "--json"],
+], ids=" ".join)
+def test_dagster_and_dg_commands_work_at_the_repo_root_without_dagster_home(command, tmp_path):
+    binary = Path(sys.executable).parent / command[0]
+    completed = subprocess.run([str(binary), *command[1:]], cwd=REPO, env=root_env(tmp_path), capture_output=True,
+                               text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "Traceback" not in completed.stderr
+    if command[:2] == ["dg", "list"]:
+        assert "corpus_funnel" in completed.stdout
+
+
+def test_dagster_asset_materialize_at_the_repo_root_without_dagster_home(tmp_path):
+    before = set(REPO.glob(".tmp_dagster_home_*"))
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "shopdistill_assets.definitions",
+         "--select", "corpus_funnel"], cwd=REPO, env=root_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "RUN_SUCCESS" in completed.stdout + completed.stderr
+    assert set(REPO.glob(".tmp_dagster_home_*")) <= before  # Dagster's temporary instance is gone again
+
+
+def test_selecting_one_table_of_the_corpus_step_runs_the_step(tiny_day, tmp_path):
+    """`dagster asset materialize --select gated_traces`: the one pass writes all five tables and
+    Dagster records all five, with the selected table's blocking check."""
+    env = {**root_env(tmp_path), "SHOPDISTILL_FIREHOSE": str(tiny_day.root)}
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "shopdistill_assets.definitions",
+         "--select", "raw_firehose,gated_traces", "--partition", tiny_day.day], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=300)
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0 and "RUN_SUCCESS" in log, log[-3000:]
+    for table in ("normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"):
+        assert f"Materialized value {table}." in log, table
+        assert (tmp_path / "lake" / table / f"day={tiny_day.day}").is_dir()
+    assert "Asset check 'conservation' on 'gated_traces' passed" in log
+
+
 def test_corpus_daily_job_and_schedule():
     from shopdistill_assets.definitions import defs
     from shopdistill_assets.partitions import daily_partitions

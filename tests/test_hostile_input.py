@@ -236,6 +236,24 @@ def test_a_file_that_fails_its_checksum_is_not_trusted(tmp_path, name):
     assert len(fates(lake, "good.jsonl")) == 4
 
 
+def test_a_small_gzip_file_that_fails_its_checksum_sends_every_decoded_line_to_the_ledger(tmp_path):
+    # Small enough to inflate in one call: zlib's gzip mode would drop all 50 decoded lines with
+    # the failed check (one "after 0 lines" row); an independent inflate counts 50.
+    lines = [orjson.dumps({**orjson.loads(good().splitlines()[i % 4]), "eval_run_id": f"run-{i}"}) + b"\n"
+             for i in range(50)]
+    data = bytearray(gzip.compress(b"".join(lines), mtime=0))
+    data[-6] ^= 0x01  # the CRC-32 trailer
+    independent = zlib.decompressobj(wbits=-15).decompress(bytes(data[10:])).count(b"\n")
+    result, lake = run_day(tmp_path, {"small.jsonl.gz": bytes(data), "good.jsonl": good()})
+
+    assert result.success and conserved(result)
+    bad = fates(lake, "small.jsonl.gz")
+    assert independent == 50
+    assert bad == [(n, "corrupt_file") for n in range(1, independent + 2)]  # 50 lines + the fault
+    detail = lake.read_day("rejected_traces", DAY).filter(pl.col("source_file") == "small.jsonl.gz")["detail"]
+    assert "after 50 lines" in detail[-1] and "CRC-32" in detail[-1]
+
+
 # ---- item 11: limits of times, truncation, sizes (part numbers: tests/test_lake.py) ----------------
 
 

@@ -5,6 +5,7 @@ Chromium)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,8 +65,27 @@ def test_runs_launched_like_the_ui_read_the_roots_the_cli_wrote(processed):
     # The tiny day has 7 lines; the funnel (read from the lake by a run in another process) sees them all.
     assert meta["days"] == 1 and meta["incomplete_days"] == 0
     assert meta["lines"] == 7 == meta["gated"] + meta["subtask"] + meta["rejected"]
-    assert f"| {day} | 7 |" in meta["funnel"]
+    (row,) = [r.data for r in meta["funnel"].records]  # Dagster's typed table, one row a day
+    assert row["day"] == day and row["lines"] == 7 and row["gated"] == meta["gated"]
+    assert [c.type for c in meta["funnel"].schema.columns][:3] == ["string", "int", "int"]
+    reasons = [r.data for r in meta["reasons_by_day"].records]  # long: (day, stage, reason, lines)
+    assert {r["day"] for r in reasons} == {day} and sum(r["lines"] for r in reasons) == meta["rejected"]
     assert (home / "lake" / "corpus_funnel").is_dir()
+
+
+def test_cli_runs_are_tagged_with_their_command(processed):
+    home, _ = processed
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        runs = instance.get_runs()
+        cli_runs = [r for r in runs if r.tags.get("shopdistill/trigger") == "cli"]
+        assert cli_runs and {r.tags["shopdistill/command"] for r in cli_runs} == {"corpus"}
+        # the run's log in the UI says how fast each step went
+        (throughput,) = [e.dagster_event.message for e in instance.all_logs(cli_runs[0].run_id)
+                         if e.dagster_event and (e.dagster_event.message or "").startswith("throughput: ")]
+    assert "corpus: " in throughput and "7 rows" in throughput and "rows/s" in throughput, throughput
+    assert all(r.tags.get("shopdistill/command") for r in runs if r.job_name == "__ephemeral_asset_job__"
+               and r.tags.get("dagster/partition"))  # every CLI day run says which command made it
 
 
 def _free_port() -> int:
@@ -140,9 +160,9 @@ def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
             row.first.wait_for(timeout=60_000)
             # The funnel table's own row: the one that starts with the day (outer rows hold it whole).
             (cells,) = [t for t in (r.inner_text().split() for r in page.get_by_role("row").all())
-                        if t and t[0] == day and len(t) > 3]
-            (expected,) = [line for line in meta["funnel"].splitlines() if line.startswith(f"| {day} |")]
-            assert cells == [c.strip() for c in expected.strip("|").split("|")], (cells, expected)
+                        if t and t[0] == day and len(t) > 8]
+            (expected,) = [r.data for r in meta["funnel"].records]
+            assert cells == [str(expected[c.name]) for c in meta["funnel"].schema.columns], (cells, expected)
             assert cells[1] == "7" and int(cells[5]) == meta["gated"] and int(cells[6]) == meta["rejected"]
             body = page.inner_text("body")
             for key in ("lines", "gated", "subtask", "rejected"):
@@ -156,3 +176,125 @@ def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
             page.screenshot(path=str(ARTIFACTS / "corpus_funnel_plot.png"))
         finally:
             browser.close()
+
+
+@pytest.fixture
+def root_dagster_dev(tmp_path):
+    """`dagster dev` (or `dg dev`) typed at the repo root by a new user: no DAGSTER_HOME, so
+    Dagster makes a temporary instance there and reads the repo-root dagster.yaml."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is not installed (make browser)")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOPDISTILL_", "DAGSTER_"))}
+    env.update(SHOPDISTILL_HOME=str(tmp_path / "home"), SHOPDISTILL_FIREHOSE=str(tmp_path / "empty-firehose"))
+    log = open(tmp_path / "dagster-dev.log", "wb")
+    proc = subprocess.Popen([str(BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster-dev.log").read_text()[-3000:]
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    assert "which is not set" not in (tmp_path / "dagster-dev.log").read_text()  # the DAGSTER_HOME traceback
+
+
+STATUS_QUERY = """{ repositoryOrError(repositorySelector: {repositoryLocationName: "shopdistill",
+  repositoryName: "__repository__"}) { ... on Repository { sensors { name sensorState { status } }
+  schedules { name scheduleState { status } } } } }"""
+
+
+def instigator_status(url: str) -> dict[str, str]:
+    """What the automation page shows, from the UI's own GraphQL API."""
+    import json
+
+    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": STATUS_QUERY}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        repository = json.loads(reply.read())["data"]["repositoryOrError"]
+    return {**{s["name"]: s["sensorState"]["status"] for s in repository["sensors"]},
+            **{s["name"]: s["scheduleState"]["status"] for s in repository["schedules"]}}
+
+
+@pytest.mark.slow
+def test_dagster_dev_at_the_root_shows_the_graph_and_the_sensors_running(root_dagster_dev):
+    from playwright.sync_api import sync_playwright
+
+    assert instigator_status(root_dagster_dev) == {
+        "default_automation_condition_sensor": "RUNNING", "firehose_day_sensor": "RUNNING",
+        "checkpoint_eval_sensor": "RUNNING", "corpus_daily_schedule": "STOPPED"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS[1:])
+        page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+        try:
+            page.goto(f"{root_dagster_dev}/asset-groups", wait_until="networkidle", timeout=120_000)
+            dismiss_newsletter_prompt(page, wait_s=10)
+            page.get_by_text("training_data").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(3000)  # the graph lays itself out
+            page.screenshot(path=str(ARTIFACTS / "root_dagster_dev_asset_graph.png"))
+            for group in ("corpus", "split"):
+                page.goto(f"{root_dagster_dev}/locations/shopdistill/asset-groups/{group}/lineage",
+                          wait_until="networkidle", timeout=120_000)
+                page.wait_for_timeout(3000)
+                page.screenshot(path=str(ARTIFACTS / f"root_dagster_dev_asset_graph_{group}.png"))
+            page.goto(f"{root_dagster_dev}/automation", wait_until="networkidle", timeout=120_000)
+            dismiss_newsletter_prompt(page, wait_s=3)
+            for name in ("default_automation_condition_sensor", "firehose_day_sensor", "checkpoint_eval_sensor",
+                         "corpus_daily_schedule"):
+                page.get_by_text(name).first.wait_for(timeout=60_000)
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(ARTIFACTS / "root_dagster_dev_automation.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+def test_a_second_make_dev_fails_clearly_instead_of_a_second_daemon(tmp_path):
+    """`make dev` twice on one project home: the second stops with one line, on the same port
+    (already in use) or another (the instance has its daemon)."""
+    port, other = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOPDISTILL_", "DAGSTER_"))}
+    env.update(SHOPDISTILL_FIREHOSE=str(tmp_path / "empty-firehose"))
+
+    def make_dev(dev_port: int):
+        # -o setup: the venv is given (BIN), not built in this checkout
+        return [shutil.which("make"), "-s", "-o", "setup", "dev", f"BIN={BIN}", f"DEV_PORT={dev_port}",
+                f"SHOPDISTILL_HOME={tmp_path / 'home'}"]
+
+    log = open(tmp_path / "first.log", "wb")
+    first = subprocess.Popen(make_dev(port), env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+                break
+            except OSError:
+                assert first.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+                time.sleep(1)
+        same = subprocess.run(make_dev(port), env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert same.returncode != 0 and f"make dev: 127.0.0.1:{port} is already in use" in same.stderr, same.stderr
+        moved = subprocess.run(make_dev(other), env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert moved.returncode != 0, moved.stdout[-2000:]
+        assert "another make dev already runs on" in moved.stderr, moved.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGTERM)
+        try:
+            first.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+        log.close()

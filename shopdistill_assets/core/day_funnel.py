@@ -57,6 +57,13 @@ def funnel_markdown(days: list[DayCounts]) -> str:
     return "\n".join(lines)
 
 
+def reasons_long(days: list[DayCounts], last: int = 14) -> list[dict]:
+    """(day, stage, reason, lines) rows for the last `last` days, codes that occurred only: long,
+    so 90 days are 90 x a few rows, never 90 columns."""
+    return [{"day": d.day, "stage": REASON_STAGE.get(code, "?"), "reason": code, "lines": n}
+            for d in days[-last:] for code, n in sorted(d.reasons.items(), key=lambda kv: (-kv[1], kv[0])) if n]
+
+
 def reasons_markdown(days: list[DayCounts], last: int = 14) -> str:
     """reason x day for the last `last` days; every code, zeros included."""
     shown = days[-last:]
@@ -79,7 +86,8 @@ def funnel_png(days: list[DayCounts], last: int = 60) -> bytes:
     import matplotlib.pyplot as plt
 
     shown = [d for d in days[-last:] if d.complete]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(shown) + 2), 3.2), dpi=90)
+    # ~1100 x 500 px: readable at the width of the UI's metadata panel, whatever the day count.
+    fig, ax = plt.subplots(figsize=(max(10.0, 0.3 * len(shown) + 4), 4.6), dpi=110)
     bottom = [0] * len(shown)
     series = [("gated", [d.tables["gated_traces"] for d in shown]),
               ("sub-task", [d.tables["subtask_traces"] for d in shown]),
@@ -89,10 +97,10 @@ def funnel_png(days: list[DayCounts], last: int = 60) -> bytes:
         if any(values):
             ax.bar(x, values, bottom=bottom, label=label, width=0.8)
             bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_xticks(list(x), [d.day[5:] for d in shown], rotation=90, fontsize=7)
-    ax.set_ylabel("lines")
-    ax.set_title("corpus funnel per day")
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_xticks(list(x), [d.day[5:] for d in shown], rotation=90 if len(shown) > 12 else 0, fontsize=9)
+    ax.set_ylabel("lines", fontsize=10)
+    ax.set_title("corpus funnel per day (lines: gated + sub-task + ledger by stage)", fontsize=11)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format="png")

@@ -7,12 +7,15 @@ is bound, which happens only after the policy is built), `POST /v1/chat/completi
 (non-streaming). A bad request gets a 4xx JSON error (a bad or negative Content-Length, a body
 over the cap, JSON nested too deep, numbers out of range: 400, 411, 413), a body that arrives
 too slowly a 408, a policy failure or an unserializable reply a 500; the server never dies on a
-request. Every connection has a socket timeout and every body a total deadline, so slow or
-silent clients cannot pin the server's threads.
+request. Every connection has a socket timeout, every request (request line, headers and body)
+a total deadline, and the server a bound on connections at once (more are answered 503 and
+closed): slow, silent or many clients cannot pin the server's threads. `shopdistill serve`
+answers 404 `model_not_found` for a model it does not serve, as OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -32,6 +35,8 @@ from shopdistill_assets.eval.policies import Policy
 MAX_BODY_BYTES = 64 * 1024 * 1024
 CLIENT_TIMEOUT_S = 30.0  # per socket read or write: a silent client frees its thread
 BODY_TIMEOUT_S = 60.0  # for a whole request body, however it trickles in
+REQUEST_TIMEOUT_S = 90.0  # for a whole request from its first byte: request line, headers, body
+MAX_CONNECTIONS = 64  # connections served at once (one thread each); more get 503
 _LENGTH = re.compile(r"\d{1,19}")
 
 
@@ -63,6 +68,14 @@ def _number(body: dict[str, Any], key: str, kind: type) -> Any:
     return kind(value)
 
 
+def _utf8_text(value: Any) -> None:
+    """JSON escapes can spell a lone surrogate (\\ud800) that no UTF-8 text holds: a bad request."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyRequestError("the request holds a lone UTF-16 surrogate escape (e.g. \\ud800): not text") from None
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
     """Validate a chat-completions body; raises PolicyRequestError with a readable message."""
     if not isinstance(body, dict):
@@ -76,6 +89,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if body.get("stream"):
         raise PolicyRequestError("streaming is not supported")
     max_tokens = _number(body, "max_tokens", int) or _number(body, "max_completion_tokens", int)
+    _utf8_text([messages, tools, body.get("model")])
     return ChatRequest(
         model=str(body.get("model") or ""), messages=messages, tools=tools,
         temperature=_number(body, "temperature", float), max_tokens=max_tokens, seed=_number(body, "seed", int),
@@ -107,6 +121,34 @@ def completion_response(message: dict[str, Any], model: str, prompt_text: str) -
     }
 
 
+class _DeadlineSocketReader(io.RawIOBase):
+    """The connection's reads, bounded twice: each by the socket timeout (a silent client), and
+    all reads of one request by a total deadline from its first byte (a client that sends a
+    header byte just before each socket timeout)."""
+
+    def __init__(self, sock: Any, read_timeout_s: float, request_timeout_s: float) -> None:
+        self.sock, self.read_timeout_s, self.request_timeout_s = sock, read_timeout_s, request_timeout_s
+        self.deadline: float | None = None  # set by a request's first byte, cleared after its reply
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        timeout = self.read_timeout_s
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0:
+                raise TimeoutError("request deadline passed")
+        self.sock.settimeout(timeout)
+        try:
+            n = self.sock.recv_into(buffer)
+        finally:
+            self.sock.settimeout(self.read_timeout_s)  # writes keep the plain socket timeout
+        if n and self.deadline is None:
+            self.deadline = time.monotonic() + self.request_timeout_s
+        return n
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes: avoid the 40 ms delayed-ACK stall
@@ -118,6 +160,15 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.client_timeout_s  # StreamRequestHandler sets it on the socket
         super().setup()
+        self._reader = _DeadlineSocketReader(self.connection, self.server.client_timeout_s,
+                                             self.server.request_timeout_s)
+        self.rfile = io.BufferedReader(self._reader, 1 << 16)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()  # a TimeoutError in the headers closes the connection there
+        finally:
+            self._reader.deadline = None  # the next request on this connection gets its own
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         self._send_raw(status, json.dumps(payload).encode())
@@ -160,6 +211,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             self._error(400, f"invalid JSON body: {type(exc).__name__}: {str(exc)[:200]}")
+            return
+        if self.server.strict_model and request.model != self.server.model_name:
+            self._send(404, {"error": {"message": f"The model {request.model[:100]!r} does not exist; this server "
+                                                  f"serves {self.server.model_name!r}",
+                                       "type": "invalid_request_error", "param": "model", "code": "model_not_found"}})
             return
         self._respond(request, raw)
 
@@ -230,13 +286,48 @@ class _PolicyHTTPServer(ThreadingHTTPServer):
     request_queue_size = 256  # bursts of concurrent episodes connect at once
 
     def __init__(self, address: tuple[str, int], policy: Policy, model_name: str, latency_s: float,
-                 client_timeout_s: float = CLIENT_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+                 client_timeout_s: float = CLIENT_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+                 strict_model: bool = False) -> None:
         super().__init__(address, _Handler)
         self.policy = policy
         self.model_name = model_name
         self.latency_s = latency_s
         self.client_timeout_s = client_timeout_s
         self.body_timeout_s = body_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.strict_model = strict_model
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # A thread per connection, up to max_connections; past that the client is told at once.
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: Any) -> None:
+        body = json.dumps({"error": {"message": "server busy: too many connections", "type": "server_error",
+                                     "code": 503}}).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                f"\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(head + body)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], OSError):  # a client that went away or went silent
@@ -273,10 +364,14 @@ class RunningServer:
 
 def serve(policy: Policy, host: str = "127.0.0.1", port: int = 0, *, model_name: str | None = None,
           latency_ms: float = 0.0, client_timeout_s: float = CLIENT_TIMEOUT_S,
-          body_timeout_s: float = BODY_TIMEOUT_S) -> RunningServer:
-    """Start serving `policy` in a daemon thread (port 0 picks a free port); returns at once."""
+          body_timeout_s: float = BODY_TIMEOUT_S, request_timeout_s: float = REQUEST_TIMEOUT_S,
+          max_connections: int = MAX_CONNECTIONS, strict_model: bool = False) -> RunningServer:
+    """Start serving `policy` in a daemon thread (port 0 picks a free port); returns at once.
+    strict_model: a request naming another model gets 404 model_not_found (what `shopdistill
+    serve` does); in-process servers of one evaluation take any name."""
     name = model_name or getattr(policy, "name", "shopdistill-policy")
-    httpd = _PolicyHTTPServer((host, port), policy, name, latency_ms / 1000.0, client_timeout_s, body_timeout_s)
+    httpd = _PolicyHTTPServer((host, port), policy, name, latency_ms / 1000.0, client_timeout_s, body_timeout_s,
+                              request_timeout_s, max_connections, strict_model)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
                               name=f"shopdistill-serve-{httpd.server_address[1]}")
     thread.start()
@@ -289,7 +384,7 @@ def serve_forever(policy: Policy, host: str = "127.0.0.1", port: int = 8000, *, 
     `docker stop`, a pod's shutdown). SIGTERM is handled here rather than left to its
     inherited disposition: a parent that ignores it (Dagster maps SIGTERM to SIGINT's handler,
     which is "ignore" under a background shell) would otherwise make the server unstoppable."""
-    server = serve(policy, host, port, model_name=model_name, latency_ms=latency_ms)
+    server = serve(policy, host, port, model_name=model_name, latency_ms=latency_ms, strict_model=True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

@@ -267,8 +267,9 @@ def simulate_day(cfg: ArenaConfig, day: date, latent: list[LatentProblem], sandb
             "lines": lines, "problems": len(problems)}
 
 
-def simulate(cfg: ArenaConfig) -> dict:
-    """Write the whole arena; returns a summary."""
+def simulate(cfg: ArenaConfig, on_day=None) -> dict:
+    """Write the whole arena; returns a summary. `on_day(day)`, when given, is called after each
+    day is written (the CLI's progress)."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     catalog, latent = build_world(cfg)
     write_catalog(catalog, cfg.out / "catalog" / "documents.jsonl.gz")
@@ -287,4 +288,6 @@ def simulate(cfg: ArenaConfig) -> dict:
         deferred: list[tuple[bytes, dict]] = []
         days.append(simulate_day(cfg, day, latent, sandbox, carried, deferred))
         carried = deferred
+        if on_day is not None:
+            on_day(day)
     return {"out": str(cfg.out), "products": len(catalog), "latent_problems": len(latent), "days": days}
