@@ -27,13 +27,15 @@ def run_cli(args: list[str], home: Path, extra_env: dict | None = None, timeout:
 
 
 def one_error_line(proc, command: str) -> str:
-    """The process failed with exactly one stderr line naming the command, and no traceback."""
+    """The process failed with exactly one error line naming the command, last on stderr (after
+    any progress lines, which also go to stderr), and no traceback."""
     assert proc.returncode != 0, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"shopdistill {command}: error: "), lines[0]
+    errors = [line for line in lines if ": error: " in line]
+    assert errors == lines[-1:], proc.stderr
+    assert errors[0].startswith(f"shopdistill {command}: error: "), errors[0]
     assert "Traceback" not in proc.stdout + proc.stderr
-    return lines[0]
+    return errors[0]
 
 
 @pytest.mark.parametrize("day, words", [
