@@ -8,6 +8,8 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
+from shopdistill_assets import settings
+
 _REPO_DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
 _FALLBACK_YAML = """run_launcher:
   module: shopdistill_assets.run_monitoring
@@ -25,7 +27,7 @@ telemetry:
 
 def project_home() -> Path:
     """`SHOPDISTILL_HOME`, default `.shopdistill` in the working directory; made absolute."""
-    home = Path(os.environ.get("SHOPDISTILL_HOME") or ".shopdistill").resolve()
+    home = settings.home_path()
     home.mkdir(parents=True, exist_ok=True)
     return home
 

@@ -52,8 +52,20 @@ class Roots:
     deepspeed: str = DEFAULT_DEEPSPEED
 
 
+def home_path(environ=None) -> Path:
+    """The one home rule: `SHOPDISTILL_HOME`, default `.shopdistill` in the working directory, absolute."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(HOME) or ".shopdistill").resolve()
+
+
 def _home(environ) -> str:
-    return str(Path(environ.get(HOME) or ".shopdistill").resolve())
+    return str(home_path(environ))
+
+
+def path_list(name: str, environ=None) -> list[str]:
+    """A variable holding paths joined by the OS separator (`:`), empty parts dropped."""
+    environ = os.environ if environ is None else environ
+    return [p for p in environ.get(name, "").split(os.pathsep) if p]
 
 
 def resolve_roots(environ=None) -> Roots:

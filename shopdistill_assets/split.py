@@ -9,7 +9,6 @@
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import hashlib
 import json
-import os
 import warnings
 import shutil
 from datetime import date, timedelta
@@ -34,6 +33,7 @@ from dagster import (
 from pydantic import Field
 
 from resources.lake import LakeResource
+from shopdistill_assets import settings
 from shopdistill_assets.core.canonical import canonical_version
 from shopdistill_assets.core.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.core.decontaminate import PublicTestSet
@@ -50,15 +50,12 @@ from shopdistill_assets.train.rows import with_structured_messages
 STATE_TABLE = "leak_state"
 
 
-def _env_list(name: str) -> list[str]:
-    return [p for p in os.environ.get(name, "").split(os.pathsep) if p]
-
 
 class LeakStageConfig(Config):
     heldout_share: float = Field(LeakConfig.heldout_share, description="share of new clusters held out")
     salt: str = Field(LeakConfig.salt, description="salt of the held-out draw")
     verify_threshold: float = Field(LeakConfig.verify_threshold, description="exact Jaccard needed to link")
-    decontaminate: list[str] = Field(default_factory=lambda: _env_list("SHOPDISTILL_DECONTAMINATE"),
+    decontaminate: list[str] = Field(default_factory=lambda: settings.path_list(settings.DECONTAMINATE),
                                      description="public test sets (files or folders): matches become side=excluded")
 
     def leak_config(self) -> LeakConfig:
@@ -234,7 +231,7 @@ def train_corpus(context: AssetExecutionContext, config: TrainCorpusConfig, lake
 
 class HeldoutConfig(Config):
     as_of_day: str | None = Field(None, description="leak_clusters day to read (default: the latest)")
-    suites: list[str] = Field(default_factory=lambda: _env_list("SHOPDISTILL_SUITES"),
+    suites: list[str] = Field(default_factory=lambda: settings.path_list(settings.SUITES),
                               description="suite files or folders with ground truth (default: HOME/arena/suites)")
 
 

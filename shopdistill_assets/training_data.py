@@ -16,7 +16,6 @@ evaluation rollouts (`policy_eval`) are never an input here.
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from pydantic import Field
 
 from resources.checkpoints import CheckpointStoreResource
 from resources.lake import LakeResource
+from shopdistill_assets import settings
 from shopdistill_assets.core.checkpoint_store import CheckpointNotFound
 from shopdistill_assets.core.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.core.lineage import merge_files
@@ -51,9 +51,6 @@ from shopdistill_assets.train import rows as train_rows
 
 GROUP = "training_data"
 
-
-def _env_list(name: str) -> list[str]:
-    return [p for p in os.environ.get(name, "").split(os.pathsep) if p]
 
 
 # -- snapshots ----------------------------------------------------------------------------
@@ -118,7 +115,7 @@ def _snapshot_result(version: str, folder: str, digest: str, rows: int, **extra:
 
 class TrainProblemsConfig(Config):
     as_of_day: str | None = Field(None, description="leak_clusters day to read (default: the newest)")
-    suites: list[str] = Field(default_factory=lambda: _env_list("SHOPDISTILL_SUITES"),
+    suites: list[str] = Field(default_factory=lambda: settings.path_list(settings.SUITES),
                               description="suite files or folders with ground truth (default: HOME/arena/suites)")
     limit: int | None = Field(None, description="keep only the first N problems (by cluster id)")
 
