@@ -16,7 +16,8 @@ Everything goes through the project's assets on the project's Dagster instance u
   4. resft (k rollouts per train problem from sft, reward-1 kept), teacher_sft (the fair teacher:
      no ground truth), kto, dr_grpo, each from the stage before
   5. policy_eval of the fair policy (the learnability ceiling), the base model, the ablation and
-     every stage, k samples per held-out problem
+     every stage, k samples per held-out problem (default 30 x 8); then the teacher-forced step
+     match of each on the fair policy's held-out trajectories (`eval.step_match`)
   6. report.md / report.png / report.json in CHECKPOINTS/reports/distill-<time>/, next to the
      checkpoints' lineage: every row names its checkpoint version and its corpus version
 Wall and CPU time (this process and its children) are printed per phase: on a shared machine the
@@ -85,7 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grpo-steps", type=int, default=4)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
     p.add_argument("--eval-samples", type=int, default=8)
-    p.add_argument("--eval-limit", type=int, default=10, help="held-out problems evaluated (None: all)")
+    p.add_argument("--eval-limit", type=int, default=30, help="held-out problems evaluated (>= 30: the ASR interval "
+                   "is over problems, and 10 problems bound ASR 0 only below 28 points)")
+    p.add_argument("--step-match", action=argparse.BooleanOptionalAction, default=True,
+                   help="teacher-forced next-step match of every policy on the fair policy's held-out trajectories")
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
     if args.sft_lr is None:
@@ -235,7 +239,31 @@ def main(argv: list[str] | None = None) -> int:
             m = _checked(run, f"policy_eval {run.day}").get("policy_eval", {})
             print(f"   {run.day:<15} ASR {m.get('asr', 0):.3f}  pass@1 {m.get('pass_at_1', 0):.3f}  "
                   f"pass@{args.eval_samples} {m.get(f'pass_at_{args.eval_samples}', 0):.3f}", flush=True)
-    return report(args, resources, lake, policies, results, command, started)
+    step_matches = measure_step_match(args, lake, policies, home) if args.step_match else {}
+    return report(args, resources, lake, policies, results, command, started, step_matches)
+
+
+def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str], home: Path) -> dict[str, dict]:
+    """Each policy's next call after every prefix of the fair policy's trajectory on the held-out
+    problems policy_eval evaluated (the newest heldout_eval_set, the same limit)."""
+    from shopdistill_assets.eval.step_match import chat_policy, step_match, teacher_steps
+    from shopdistill_assets.evaluation import _newest_version
+    from shopdistill_assets.heldout import HELDOUT_ASSET, rows_to_problems
+    from shopdistill_assets.policies_registry import lookup
+    from shopdistill_assets.sandbox import load_catalog
+
+    out = {}
+    with phase("step match on the fair policy's held-out trajectories"):
+        version = _newest_version(lake, None)
+        problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[: args.eval_limit]
+        catalog = load_catalog(home / "arena" / "catalog")
+        steps = {p.problem_id: teacher_steps(p, catalog) for p in problems}
+        for policy in policies:
+            chat = chat_policy(lookup(policy), problems, catalog, max_new_tokens=args.max_new_tokens, batch_size=8)
+            out[policy] = step_match(chat, problems, catalog, steps_by_problem=steps, concurrency=8)
+            print(f"   {policy:<15} step match {out[policy]['step_match']:.3f} over {out[policy]['steps']} steps "
+                  f"({out[policy]['policy_errors']} errors)", flush=True)
+    return out
 
 
 def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str) -> dict[str, Any]:
@@ -286,7 +314,7 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
 
 
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],
-           command: str, started: datetime) -> int:
+           command: str, started: datetime, step_matches: dict[str, dict] | None = None) -> int:
     from shopdistill_assets.core import distill_report
     from shopdistill_assets.policies_registry import lookup
 
@@ -302,7 +330,8 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
         lineage = store.lineage(store.resolve(spec.checkpoint)) if spec.checkpoint and policy != "base" else None
         note = {"fair": "scripted, no ground truth (ceiling)",
                 "base": f"given ({spec.checkpoint})" if args.base_model else f"random init ({Path(spec.checkpoint or '').name})"}
-        rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, "")))
+        rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, ""),
+                                       (step_matches or {}).get(policy)))
     goals = distill_report.targets(rows, ["base", *CHAIN])
     total_wall = sum(t[1] for t in TIMES)
     total_cpu = sum(t[2] for t in TIMES)

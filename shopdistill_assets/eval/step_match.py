@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +89,7 @@ def _score(policy: ChatPolicy, step: TeacherStep, schemas: list[dict[str, Any]],
 
 def step_match(policy: ChatPolicy, problems: Sequence[Problem], catalog: Catalog, *,
                steps_by_problem: dict[str, list[TeacherStep]] | None = None, tool_names: list[str] | None = None,
-               max_tokens: int | None = None, seed: int = 0) -> dict[str, Any]:
+               max_tokens: int | None = None, seed: int = 0, concurrency: int = 1) -> dict[str, Any]:
     """Mean next-step tool match over the teacher's steps, per problem then over problems
     (greedy decoding: a dense reading, not a sample); `format_valid_steps` is the share of
     steps answered with exactly one well-formed call."""
@@ -99,7 +100,8 @@ def step_match(policy: ChatPolicy, problems: Sequence[Problem], catalog: Catalog
                                                                                   tool_names=tool_names)
         if not steps:
             continue
-        scores = [_score(policy, s, schemas, seed, max_tokens) for s in steps]
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:  # a batched checkpoint decodes them together
+            scores = list(pool.map(lambda s: _score(policy, s, schemas, seed, max_tokens), steps))
         per_problem.append(sum(m for m, _, _ in scores) / len(scores))
         formats += [f for _, f, _ in scores]
         errors += sum(e for _, _, e in scores)
@@ -124,3 +126,22 @@ def endpoint_policy(endpoint: str, model: str, timeout_s: float = 120.0) -> Chat
         return completion.model_dump(warnings=False)["choices"][0]["message"]
 
     return ask
+
+
+def chat_policy(spec: Any, problems: Sequence[Problem] = (), catalog: Catalog | None = None,
+                max_new_tokens: int = 512, batch_size: int = 1) -> ChatPolicy:
+    """The callable behind a registered policy (`policies_registry.PolicySpec`), as `policy_eval`
+    serves it: an endpoint, a scripted baseline or a checkpoint."""
+    if spec.endpoint:
+        return endpoint_policy(spec.endpoint, spec.model or spec.name)
+    from shopdistill_assets.eval import policies
+
+    if spec.scripted == "fair":
+        return policies.FairPolicy()
+    if spec.scripted == "random":
+        return policies.RandomPolicy(seed=0)
+    if spec.scripted == "oracle":
+        return policies.OraclePolicy(problems, catalog)
+    from shopdistill_assets.eval.hf_policy import checkpoint_policy
+
+    return checkpoint_policy(spec.checkpoint, max_new_tokens=max_new_tokens, batch_size=batch_size)
