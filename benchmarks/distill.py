@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--whole-pieces", action=argparse.BooleanOptionalAction, default=True,
                    help="the fixed prompt (system prompt, each tool schema) and the catalogue's product and shop ids "
                    "are one token each: rows ~2.3x shorter, and copying an id is copying one token")
+    p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=False,
+                   help="spaces and punctuation split off every word (tiny_model.IDENTITY_SPLIT): a word, number or "
+                   "id is the same tokens wherever it stands; measured: 44 -> 52 %% of tool-call content tokens copy a "
+                   "context token, but rows 1.7x longer (benchmarks/results/distill/README.md)")
     p.add_argument("--full-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="sft stages: loss on every token of a row, not only the assistant turns (the forward pass "
                    "is paid for anyway); in a round 2 pilot it copied query words better, product ids worse")
@@ -157,7 +161,14 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
         pieces = [*fixed_prompt_pieces(), *ids]
     path = build_small_model(home / "models" / f"qwen3-{args.size}", texts, size=args.size, vocab_size=args.vocab,
-                             seed=args.seed, whole_pieces=pieces)
+                             seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens)
+    from transformers import AutoTokenizer
+
+    from shopdistill_assets.eval.tiny_model import loss_copy_share
+
+    copies = loss_copy_share(AutoTokenizer.from_pretrained(path), texts[1:])  # train-side rows, as trained on
+    print(f"   loss tokens copying a context token: {100 * copies['copies']:.1f}% (tool calls "
+          f"{100 * copies['call_copies']:.1f}%), {copies['tokens_per_conversation']:.0f} tokens a row", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(path)
     return path
 

@@ -255,3 +255,29 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
     assert "| ASR [95 %] |" in text and "| step match |" in text
     assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 |" in text
     assert "Wilson" in text and "n = the number of held-out problems" in text
+
+
+def test_identity_tokens_make_a_copied_word_the_same_tokens():
+    from shopdistill_assets.eval.tiny_model import build_arena_tokenizer, loss_copy_share, render_conversations
+
+    call = {"id": "c1", "type": "function", "function": {"name": "find_product",
+                                                         "arguments": '{"q":"logitech waist bag","page":1}'}}
+    rows = [{"messages": [{"role": "user", "content": PRODUCT}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": '[{"product_id":"5035687794"}]'}],
+             "tools": "[]"}] * 10
+    texts = render_conversations(rows)
+    identity = build_arena_tokenizer(texts, vocab_size=1600, identity=True)
+    def occurrences(tokenizer, word, text):
+        ids, want = tokenizer(text)["input_ids"], tokenizer(word)["input_ids"]
+        return sum(ids[i:i + len(want)] == want for i in range(len(ids)))
+
+    text = 'a logitech bag, {"q":"logitech bag"}'
+    assert occurrences(identity, "logitech", text) == 2 and occurrences(identity, "bag", text) == 2
+    assert identity.decode(identity(PRODUCT, add_special_tokens=False)["input_ids"]) == PRODUCT
+    request = set(identity(PRODUCT)["input_ids"])
+    query = identity('{"q":"logitech waist bag","page":1}')["input_ids"]
+    words = [i for i in query if identity.decode([i]).strip().isalpha() and identity.decode([i]) not in ("q", "page")]
+    assert words and all(i in request for i in words)  # every search word's tokens stand in the request
+    measured = loss_copy_share(identity, texts[1:])
+    assert measured["call_content_tokens"] > 0 and 0 < measured["call_copies"] < 1  # keys and names are no copies
+    assert measured["copies"] >= measured["call_copies"] * measured["call_content_tokens"] / measured["loss_content_tokens"]
