@@ -67,8 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "are one token each: rows ~2.3x shorter, and copying an id is copying one token")
     p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=False,
                    help="spaces and punctuation split off every word (tiny_model.IDENTITY_SPLIT): a word, number or "
-                   "id is the same tokens wherever it stands; measured: 44 -> 52 %% of tool-call content tokens copy a "
-                   "context token, but rows 1.7x longer (benchmarks/results/distill/README.md)")
+                   "id is the same tokens wherever it stands; measured (--copies-only): 31.5 -> 41.7 %% of tool-call content "
+                   "tokens copy a context token, but rows 1.77x longer (benchmarks/results/distill/README.md)")
+    p.add_argument("--copies-only", action="store_true", help="only measure, on one simulated day's successful "
+                   "rows, the share of loss tokens copying a context token under each tokenizer (seconds), then exit")
     p.add_argument("--full-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="sft stages: loss on every token of a row, not only the assistant turns (the forward pass "
                    "is paid for anyway); in a round 2 pilot it copied query words better, product ids worse")
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(SHOPDISTILL_HOME=str(home), TOKENIZERS_PARALLELISM="false")
     for name in ("SHOPDISTILL_BASE_MODEL", "SHOPDISTILL_CHECKPOINTS", "SHOPDISTILL_LAKE", "SHOPDISTILL_FIREHOSE"):
         os.environ.pop(name, None)  # everything under --out
+    if args.copies_only:
+        return measure_copies(args, home)
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     from shopdistill_assets.cli import CORPUS_ASSETS
@@ -252,6 +256,38 @@ def main(argv: list[str] | None = None) -> int:
                   f"pass@{args.eval_samples} {m.get(f'pass_at_{args.eval_samples}', 0):.3f}", flush=True)
     step_matches = measure_step_match(args, lake, policies, home) if args.step_match else {}
     return report(args, resources, lake, policies, results, command, started, step_matches)
+
+
+def measure_copies(args: argparse.Namespace, home: Path) -> int:
+    """Lever 1 by measurement: one simulated day normalized (no Dagster), its successful rows
+    split in two; each tokenizer is trained on one half and measured on the other."""
+    import gzip
+
+    from shopdistill_assets.core.normalize import normalize_lines
+    from shopdistill_assets.eval.tiny_model import (build_arena_tokenizer, fixed_prompt_pieces, loss_copy_share,
+                                                    render_conversations)
+    from shopdistill_assets.sandbox.catalog import iter_documents
+    from shopdistill_assets.sim import ArenaConfig, simulate
+
+    simulate(ArenaConfig(out=home / "arena", start_day=date(2026, 11, 1), days=1, seed=args.seed,
+                         traces_per_day=600, problems_per_day=args.problems_per_day))
+    lines = [(path.name, n, line) for path in sorted((home / "arena" / "firehose").glob("day=*/part-[0-9]*.jsonl.gz"))
+             for n, line in enumerate(gzip.open(path).read().splitlines(), 1)]
+    rows = [r for r in normalize_lines(lines, "2026-11-01")[0] if (r.get("score") or 0) >= 1]
+    fit, measured = render_conversations(rows[0::2]), render_conversations(rows[1::2])[1:]
+    products = list(iter_documents(home / "arena" / "catalog" / "documents.jsonl.gz"))
+    ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
+    print(f"{len(rows)} successful rows; fit on {len(fit) - 1}, measured on {len(measured)}")
+    print("tokenizer                  loss copies  tool-call copies  tokens a row")
+    for identity in (False, True):
+        for whole_ids in (False, True):
+            tokenizer = build_arena_tokenizer(fit, args.vocab, identity=identity,
+                                              whole_pieces=[*fixed_prompt_pieces(), *(ids if whole_ids else [])])
+            m = loss_copy_share(tokenizer, measured)
+            name = f"{'identity' if identity else 'arena BPE'}{', whole ids' if whole_ids else ''}"
+            print(f"{name:<26} {100 * m['copies']:>10.1f}% {100 * m['call_copies']:>15.1f}% "
+                  f"{m['tokens_per_conversation']:>13.0f}", flush=True)
+    return 0
 
 
 def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str], home: Path) -> dict[str, dict]:
