@@ -94,21 +94,17 @@ def step_match(policy: ChatPolicy, problems: Sequence[Problem], catalog: Catalog
     (greedy decoding: a dense reading, not a sample); `format_valid_steps` is the share of
     steps answered with exactly one well-formed call."""
     schemas = tool_schemas(tool_names)
-    per_problem, formats, errors, n_steps = [], [], 0, 0
-    for problem in problems:
-        steps = (steps_by_problem or {}).get(problem.problem_id) or teacher_steps(problem, catalog,
-                                                                                  tool_names=tool_names)
-        if not steps:
-            continue
-        with ThreadPoolExecutor(max(1, concurrency)) as pool:  # a batched checkpoint decodes them together
-            scores = list(pool.map(lambda s: _score(policy, s, schemas, seed, max_tokens), steps))
-        per_problem.append(sum(m for m, _, _ in scores) / len(scores))
-        formats += [f for _, f, _ in scores]
-        errors += sum(e for _, _, e in scores)
-        n_steps += len(scores)
-    return {"step_match": sum(per_problem) / len(per_problem) if per_problem else None,
-            "format_valid_steps": sum(formats) / len(formats) if formats else None,
-            "problems": len(per_problem), "steps": n_steps, "policy_errors": errors}
+    given = steps_by_problem or {}
+    steps = [s for p in problems for s in (given.get(p.problem_id) or teacher_steps(p, catalog, tool_names=tool_names))]
+    with ThreadPoolExecutor(max(1, concurrency)) as pool:  # across problems: a batched checkpoint fills its batch
+        scores = list(pool.map(lambda s: _score(policy, s, schemas, seed, max_tokens), steps))
+    by_problem: dict[str, list[float]] = {}
+    for step, (match, _, _) in zip(steps, scores):
+        by_problem.setdefault(step.problem_id, []).append(match)
+    means = [sum(v) / len(v) for v in by_problem.values()]
+    return {"step_match": sum(means) / len(means) if means else None,
+            "format_valid_steps": sum(f for _, f, _ in scores) / len(scores) if scores else None,
+            "problems": len(means), "steps": len(steps), "policy_errors": sum(e for _, _, e in scores)}
 
 
 def endpoint_policy(endpoint: str, model: str, timeout_s: float = 120.0) -> ChatPolicy:
