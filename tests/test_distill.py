@@ -250,7 +250,7 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
     goals = {g: (ok, n) for g, ok, n in distill_report.targets(rows, ["base", "sft"])}
     ok, numbers = goals["gated corpus ahead of the unfiltered one (same token budget)"]
     assert ok and "intervals overlap" in numbers and "step match 55.0 vs 41.0" in numbers
-    text = distill_report.write(rows, tmp_path, "# t", list(goals and distill_report.targets(rows, ["base"])),
+    text = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]),
                                 {})["markdown"].read_text()
     assert "| ASR [95 %] |" in text and "| step match |" in text
     assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 |" in text
