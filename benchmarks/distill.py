@@ -16,7 +16,8 @@ Everything goes through the project's assets on the project's Dagster instance u
   4. resft (k rollouts per train problem from sft, reward-1 kept), teacher_sft (the fair teacher:
      no ground truth), kto, dr_grpo, each from the stage before
   5. policy_eval of the fair policy (the learnability ceiling), the base model, the ablation and
-     every stage, k samples per held-out problem
+     every stage, k samples per held-out problem (default 30 x 8); then the teacher-forced step
+     match of each on the fair policy's held-out trajectories (`eval.step_match`)
   6. report.md / report.png / report.json in CHECKPOINTS/reports/distill-<time>/, next to the
      checkpoints' lineage: every row names its checkpoint version and its corpus version
 Wall and CPU time (this process and its children) are printed per phase: on a shared machine the
@@ -64,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--whole-pieces", action=argparse.BooleanOptionalAction, default=True,
                    help="the fixed prompt (system prompt, each tool schema) and the catalogue's product and shop ids "
                    "are one token each: rows ~2.3x shorter, and copying an id is copying one token")
+    p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=False,
+                   help="spaces and punctuation split off every word (tiny_model.IDENTITY_SPLIT): a word, number or "
+                   "id is the same tokens wherever it stands; measured (--copies-only): 31.5 -> 41.7 %% of tool-call content "
+                   "tokens copy a context token, but rows 1.77x longer (benchmarks/results/distill/README.md)")
+    p.add_argument("--copies-only", action="store_true", help="only measure, on one simulated day's successful "
+                   "rows, the share of loss tokens copying a context token under each tokenizer (seconds), then exit")
     p.add_argument("--full-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="sft stages: loss on every token of a row, not only the assistant turns (the forward pass "
                    "is paid for anyway); in a round 2 pilot it copied query words better, product ids worse")
@@ -85,7 +92,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grpo-steps", type=int, default=4)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
     p.add_argument("--eval-samples", type=int, default=8)
-    p.add_argument("--eval-limit", type=int, default=10, help="held-out problems evaluated (None: all)")
+    p.add_argument("--eval-limit", type=int, default=30, help="held-out problems evaluated (>= 30: the ASR interval "
+                   "is over problems, and 10 problems bound ASR 0 only below 28 points)")
+    p.add_argument("--step-match", action=argparse.BooleanOptionalAction, default=True,
+                   help="teacher-forced next-step match of every policy on the fair policy's held-out trajectories")
+    p.add_argument("--step-match-limit", type=int, default=None, help="held-out problems the step match reads "
+                   "(default: --eval-limit); measured: the random small model, batched 8, ~1 CPU s a step at 160 "
+                   "new tokens, so 30 problems (~150 steps) cost <= 2.5 min a policy")
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
     if args.sft_lr is None:
@@ -153,7 +166,14 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
         pieces = [*fixed_prompt_pieces(), *ids]
     path = build_small_model(home / "models" / f"qwen3-{args.size}", texts, size=args.size, vocab_size=args.vocab,
-                             seed=args.seed, whole_pieces=pieces)
+                             seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens)
+    from transformers import AutoTokenizer
+
+    from shopdistill_assets.eval.tiny_model import loss_copy_share
+
+    copies = loss_copy_share(AutoTokenizer.from_pretrained(path), texts[1:])  # train-side rows, as trained on
+    print(f"   loss tokens copying a context token: {100 * copies['copies']:.1f}% (tool calls "
+          f"{100 * copies['call_copies']:.1f}%), {copies['tokens_per_conversation']:.0f} tokens a row", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(path)
     return path
 
@@ -196,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(SHOPDISTILL_HOME=str(home), TOKENIZERS_PARALLELISM="false")
     for name in ("SHOPDISTILL_BASE_MODEL", "SHOPDISTILL_CHECKPOINTS", "SHOPDISTILL_LAKE", "SHOPDISTILL_FIREHOSE"):
         os.environ.pop(name, None)  # everything under --out
+    if args.copies_only:
+        return measure_copies(args, home)
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     from shopdistill_assets.cli import CORPUS_ASSETS
@@ -235,7 +257,64 @@ def main(argv: list[str] | None = None) -> int:
             m = _checked(run, f"policy_eval {run.day}").get("policy_eval", {})
             print(f"   {run.day:<15} ASR {m.get('asr', 0):.3f}  pass@1 {m.get('pass_at_1', 0):.3f}  "
                   f"pass@{args.eval_samples} {m.get(f'pass_at_{args.eval_samples}', 0):.3f}", flush=True)
-    return report(args, resources, lake, policies, results, command, started)
+    step_matches = measure_step_match(args, lake, policies, home) if args.step_match else {}
+    return report(args, resources, lake, policies, results, command, started, step_matches)
+
+
+def measure_copies(args: argparse.Namespace, home: Path) -> int:
+    """Lever 1 by measurement: one simulated day normalized (no Dagster), its successful rows
+    split in two; each tokenizer is trained on one half and measured on the other."""
+    import gzip
+
+    from shopdistill_assets.core.normalize import normalize_lines
+    from shopdistill_assets.eval.tiny_model import (build_arena_tokenizer, fixed_prompt_pieces, loss_copy_share,
+                                                    render_conversations)
+    from shopdistill_assets.sandbox.catalog import iter_documents
+    from shopdistill_assets.sim import ArenaConfig, simulate
+
+    simulate(ArenaConfig(out=home / "arena", start_day=date(2026, 11, 1), days=1, seed=args.seed,
+                         traces_per_day=600, problems_per_day=args.problems_per_day))
+    lines = [(path.name, n, line) for path in sorted((home / "arena" / "firehose").glob("day=*/part-[0-9]*.jsonl.gz"))
+             for n, line in enumerate(gzip.open(path).read().splitlines(), 1)]
+    rows = [r for r in normalize_lines(lines, "2026-11-01")[0] if (r.get("score") or 0) >= 1]
+    fit, measured = render_conversations(rows[0::2]), render_conversations(rows[1::2])[1:]
+    products = list(iter_documents(home / "arena" / "catalog" / "documents.jsonl.gz"))
+    ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
+    print(f"{len(rows)} successful rows; fit on {len(fit) - 1}, measured on {len(measured)}")
+    print("tokenizer                  loss copies  tool-call copies  tokens a row")
+    for identity in (False, True):
+        for whole_ids in (False, True):
+            tokenizer = build_arena_tokenizer(fit, args.vocab, identity=identity,
+                                              whole_pieces=[*fixed_prompt_pieces(), *(ids if whole_ids else [])])
+            m = loss_copy_share(tokenizer, measured)
+            name = f"{'identity' if identity else 'arena BPE'}{', whole ids' if whole_ids else ''}"
+            print(f"{name:<26} {100 * m['copies']:>10.1f}% {100 * m['call_copies']:>15.1f}% "
+                  f"{m['tokens_per_conversation']:>13.0f}", flush=True)
+    return 0
+
+
+def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str], home: Path) -> dict[str, dict]:
+    """Each policy's next call after every prefix of the fair policy's trajectory on the held-out
+    problems policy_eval evaluated (the newest heldout_eval_set, the same limit)."""
+    from shopdistill_assets.eval.step_match import chat_policy, step_match, teacher_steps
+    from shopdistill_assets.evaluation import _newest_version
+    from shopdistill_assets.heldout import HELDOUT_ASSET, rows_to_problems
+    from shopdistill_assets.policies_registry import lookup
+    from shopdistill_assets.sandbox import load_catalog
+
+    out = {}
+    with phase("step match on the fair policy's held-out trajectories"):
+        version = _newest_version(lake, None)
+        limit = args.step_match_limit or args.eval_limit
+        problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[:limit]
+        catalog = load_catalog(home / "arena" / "catalog")
+        steps = {p.problem_id: teacher_steps(p, catalog) for p in problems}
+        for policy in policies:
+            chat = chat_policy(lookup(policy), problems, catalog, max_new_tokens=args.max_new_tokens, batch_size=8)
+            out[policy] = step_match(chat, problems, catalog, steps_by_problem=steps, concurrency=8)
+            print(f"   {policy:<15} step match {out[policy]['step_match']:.3f} over {out[policy]['steps']} steps "
+                  f"({out[policy]['policy_errors']} errors)", flush=True)
+    return out
 
 
 def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str) -> dict[str, Any]:
@@ -286,7 +365,7 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
 
 
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],
-           command: str, started: datetime) -> int:
+           command: str, started: datetime, step_matches: dict[str, dict] | None = None) -> int:
     from shopdistill_assets.core import distill_report
     from shopdistill_assets.policies_registry import lookup
 
@@ -302,7 +381,8 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
         lineage = store.lineage(store.resolve(spec.checkpoint)) if spec.checkpoint and policy != "base" else None
         note = {"fair": "scripted, no ground truth (ceiling)",
                 "base": f"given ({spec.checkpoint})" if args.base_model else f"random init ({Path(spec.checkpoint or '').name})"}
-        rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, "")))
+        rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, ""),
+                                       (step_matches or {}).get(policy)))
     goals = distill_report.targets(rows, ["base", *CHAIN])
     total_wall = sum(t[1] for t in TIMES)
     total_cpu = sum(t[2] for t in TIMES)

@@ -178,3 +178,107 @@ def test_report_checks_the_goals(tmp_path):
     assert "`sft/abc`" in text and "`v1` (split_traces)" in text and "| 40.0 |" in text
     assert "| format-valid episodes | search words from the request |" in text and "| 62.5 | 3.5 |" in text
     assert paths["png"].stat().st_size > 0 and json.loads(paths["json"].read_text())["rows"][2]["tokens"] == 99
+
+
+# -- the dense metric: teacher-forced next-step match ------------------------------------------
+
+@pytest.fixture(scope="module")
+def heldout_arena(tmp_path_factory):
+    """A one-day simulated arena: its catalogue and a dozen suite problems of every category."""
+    from datetime import date
+
+    from shopdistill_assets.sandbox.problems import load_suite
+    from shopdistill_assets.sim import ArenaConfig, simulate
+    from shopdistill_assets.sim.arena import build_world
+
+    cfg = ArenaConfig(out=tmp_path_factory.mktemp("arena"), start_day=date(2026, 11, 1), days=1, traces_per_day=50,
+                      seed=7)
+    simulate(cfg)
+    catalog, _ = build_world(cfg)
+    problems = sorted((p for f in (cfg.out / "suites").glob("[psv]*.json") for p in load_suite(f)),
+                      key=lambda p: p.problem_id)[:12]
+    return catalog, problems
+
+
+def test_step_match_scores_the_teacher_one_and_the_floor_lower(heldout_arena):
+    from shopdistill_assets.eval.policies import FairPolicy, RandomPolicy
+    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.eval.step_match import step_match, teacher_steps
+
+    catalog, problems = heldout_arena
+    assert {p.category for p in problems} == {"Product", "Shop", "Voucher"}
+    steps = {p.problem_id: teacher_steps(p, catalog) for p in problems}
+    first = steps[problems[0].problem_id]
+    # the prefix is the evaluation's own conversation: its system prompt, real tool results
+    assert first[0].prefix[0] == {"role": "system", "content": SYSTEM_PROMPT} and len(first[0].prefix) == 2
+    assert first[0].name == "find_product" and first[-1].name == "terminate"
+    assert json.loads(first[1].prefix[-1]["content"]), "the search's real result is in the next prefix"
+    fair = step_match(FairPolicy(), problems, catalog, steps_by_problem=steps)
+    assert fair == {"step_match": 1.0, "format_valid_steps": 1.0, "problems": 12,
+                    "steps": sum(map(len, steps.values())), "policy_errors": 0}
+    floor = step_match(RandomPolicy(seed=0), problems, catalog, steps_by_problem=steps, concurrency=4)
+    assert 0.2 < floor["step_match"] < 0.8 and floor["policy_errors"] == 0  # right tools at times, wrong values
+
+
+def test_step_match_drives_a_checkpoint(heldout_arena, tmp_path):
+    from shopdistill_assets.eval.hf_policy import checkpoint_policy
+    from shopdistill_assets.eval.step_match import step_match, teacher_steps
+    from shopdistill_assets.eval.tiny_model import build_tiny_model
+
+    catalog, problems = heldout_arena
+    few = problems[:2]
+    steps = {p.problem_id: teacher_steps(p, catalog) for p in few}
+    model = checkpoint_policy(build_tiny_model(tmp_path / "tiny"), max_new_tokens=8, batch_size=4)
+    result = step_match(model, few, catalog, steps_by_problem=steps, concurrency=4)
+    # random weights emit no tool call: every step is answered (no error) and scores 0
+    assert result == {"step_match": 0.0, "format_valid_steps": 0.0, "problems": 2,
+                      "steps": sum(map(len, steps.values())), "policy_errors": 0}
+
+
+def test_report_renders_step_match_and_asr_intervals(tmp_path):
+    from shopdistill_assets.core import distill_report
+    from shopdistill_assets.eval.metrics import wilson_interval
+
+    def summary(asr):
+        return {"asr": asr, "pass_at_1": asr, "pass_at_k": {"1": asr, "8": asr}, "counts": {"problems": 30},
+                "by_category": {"Product": {"asr": asr, "problems": 12}}}
+
+    lo, hi = wilson_interval(0.0, 30)
+    assert lo == 0.0 and 0.11 < hi < 0.12  # 0 of 30 problems still bounds ASR only below ~11 points
+    rows = [distill_report.row("base", summary(0.0), step_match={"step_match": 0.2, "steps": 90}),
+            distill_report.row("sft_unfiltered", summary(0.0), step_match={"step_match": 0.41, "steps": 90}),
+            distill_report.row("sft", summary(0.0333), step_match={"step_match": 0.55, "steps": 90})]
+    goals = {g: (ok, n) for g, ok, n in distill_report.targets(rows, ["base", "sft"])}
+    ok, numbers = goals["gated corpus ahead of the unfiltered one (same token budget)"]
+    assert ok and "intervals overlap" in numbers and "step match 55.0 vs 41.0" in numbers
+    text = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]),
+                                {})["markdown"].read_text()
+    assert "| ASR [95 %] |" in text and "| step match |" in text
+    assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 |" in text
+    assert "Wilson" in text and "n = the number of held-out problems" in text
+
+
+def test_identity_tokens_make_a_copied_word_the_same_tokens():
+    from shopdistill_assets.eval.tiny_model import build_arena_tokenizer, loss_copy_share, render_conversations
+
+    call = {"id": "c1", "type": "function", "function": {"name": "find_product",
+                                                         "arguments": '{"q":"logitech waist bag","page":1}'}}
+    rows = [{"messages": [{"role": "user", "content": PRODUCT}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": '[{"product_id":"5035687794"}]'}],
+             "tools": "[]"}] * 10
+    texts = render_conversations(rows)
+    identity = build_arena_tokenizer(texts, vocab_size=1600, identity=True)
+    def occurrences(tokenizer, word, text):
+        ids, want = tokenizer(text)["input_ids"], tokenizer(word)["input_ids"]
+        return sum(ids[i:i + len(want)] == want for i in range(len(ids)))
+
+    text = 'a logitech bag, {"q":"logitech bag"}'
+    assert occurrences(identity, "logitech", text) == 2 and occurrences(identity, "bag", text) == 2
+    assert identity.decode(identity(PRODUCT, add_special_tokens=False)["input_ids"]) == PRODUCT
+    request = set(identity(PRODUCT)["input_ids"])
+    query = identity('{"q":"logitech waist bag","page":1}')["input_ids"]
+    words = [i for i in query if identity.decode([i]).strip().isalpha() and identity.decode([i]) not in ("q", "page")]
+    assert words and all(i in request for i in words)  # every search word's tokens stand in the request
+    measured = loss_copy_share(identity, texts[1:])
+    assert measured["call_content_tokens"] > 0 and 0 < measured["call_copies"] < 1  # keys and names are no copies
+    assert measured["copies"] >= measured["call_copies"] * measured["call_content_tokens"] / measured["loss_content_tokens"]

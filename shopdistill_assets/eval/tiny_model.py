@@ -9,6 +9,7 @@ stages reuse it as their starting checkpoint.
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -126,8 +127,26 @@ def _save_qwen3(path: Path, tokenizer, seed: int, *, hidden: int, layers: int, h
 JSON_SPACING = (('": ', '":'), (', "', ',"'), ('}, {', '},{'))
 
 
+# Identity copies: a word is letters alone, a number is digit groups of three, and each run of
+# spaces and punctuation between them its own pre-token; so a word, a number or an id is the same
+# tokens in the request, after `"q":"` and inside a title (BPE merges only inside a pre-token).
+# Spaces ride with the punctuation (", " is one piece): 5 % fewer tokens than a token per space.
+IDENTITY_SPLIT = r"[A-Za-z]+|\d{1,3}|[^A-Za-z\d]+"
+
+
+def _pre_tokenizer(identity: bool):
+    from tokenizers import Regex, pre_tokenizers
+
+    if identity:
+        splits = [pre_tokenizers.Split(Regex(IDENTITY_SPLIT), behavior="isolated")]
+    else:
+        splits = [pre_tokenizers.Split(Regex(r" [A-Za-z]+"), behavior="isolated"),
+                  pre_tokenizers.Split(Regex(r"\d{1,3}"), behavior="isolated")]
+    return pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
 def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24,
-                          whole_pieces: list[str] | tuple[str, ...] = ()):
+                          whole_pieces: list[str] | tuple[str, ...] = (), identity: bool = False):
     """A BPE tokenizer trained on rendered arena conversations (train-side text only).
 
     `whole_pieces` become one token each wherever they occur verbatim (matched before BPE): fixed
@@ -138,16 +157,16 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
     puts it, so copying it into a search is learnable); JSON punctuation and keys merge freely
     (`","shop_id":"` is one token). Numbers split into groups of three digits, each group one
     token (all 1000 are in the vocabulary): a product id is four tokens that rarely recur within
-    one page of results, so copying it from a tool result needs no long match."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    one page of results, so copying it from a tool result needs no long match.
+
+    `identity`: spaces and punctuation split off every word (`IDENTITY_SPLIT`), so a word is
+    the same token(s) wherever it stands, not " tefal" in the request and "tefal" after `"q":"`."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r" [A-Za-z]+"), behavior="isolated"),
-        pre_tokenizers.Split(Regex(r"\d{1,3}"), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.pre_tokenizer = _pre_tokenizer(identity)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, max_token_length=max_token_length,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -202,10 +221,43 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 
 
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
-                      seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = ()) -> Path:
+                      seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = (),
+                      identity: bool = False) -> Path:
     """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts` (plus
     `whole_pieces` as single tokens); saved at `path`."""
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces)
+    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity)
     return _save_qwen3(Path(path), tokenizer, seed, hidden=hidden, layers=layers,
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
+
+
+_TURN = re.compile(r"<\|im_start\|>(system|user|assistant|tool)\n(.*?)<\|im_end\|>", re.S)
+_CONTENT = re.compile(r"[A-Za-z0-9]")
+_CALL = re.compile(r"<tool_call>.*?</tool_call>", re.S)
+
+
+def loss_copy_share(tokenizer, texts: list[str]) -> dict[str, float | int]:
+    """How far the loss is copying under `tokenizer`, over rendered conversations: of the loss
+    tokens (assistant turns) that carry a letter or digit, the share whose token id occurs in an
+    earlier user or tool turn of the same conversation (`copies`; `call_copies` within the tool
+    calls alone, where the arguments are copied), and the mean tokens a conversation. A copy the tokenizer keeps identical is a lookup; one it renders as other tokens
+    must be learned as a mapping."""
+    content = copies = call_content = call_copies = tokens = 0
+    for text in texts:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+        tokens += len(ids)
+        spans = [(m.group(1), m.start(2), m.end(2)) for m in _TURN.finditer(text)]
+        calls = [(m.start(), m.end()) for m in _CALL.finditer(text)]
+        seen: set[int] = set()
+        for token, (start, end) in zip(ids, offsets):
+            role = next((r for r, a, b in spans if a <= start < b), None)
+            if role in ("user", "tool"):
+                seen.add(token)
+            elif role == "assistant" and _CONTENT.search(text[start:end]):
+                in_call = any(a <= start < b for a, b in calls)
+                content, copies = content + 1, copies + (token in seen)
+                call_content, call_copies = call_content + in_call, call_copies + (in_call and token in seen)
+    return {"loss_content_tokens": content, "copies": copies / content if content else 0.0,
+            "call_content_tokens": call_content, "call_copies": call_copies / call_content if call_content else 0.0,
+            "tokens_per_conversation": tokens / len(texts) if texts else 0.0}
