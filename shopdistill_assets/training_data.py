@@ -47,6 +47,7 @@ from shopdistill_assets.core.train_side import not_train_side
 from shopdistill_assets.heldout import HELDOUT_COLUMNS, GroundTruth, heldout_row, rows_to_problems
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.split import leak_clusters, train_corpus
+from shopdistill_assets.train import STAGES
 from shopdistill_assets.train import rows as train_rows
 
 GROUP = "training_data"
@@ -363,8 +364,8 @@ def grpo_dataset(context: AssetExecutionContext, config: GrpoDatasetConfig, lake
 
 # -- the train-side check -----------------------------------------------------------------
 
-TRAINING_INPUTS = ["train_corpus", "train_problems", "train_rollouts", "teacher_rollouts", "resft_dataset",
-                   "teacher_sft_dataset", "kto_dataset", "grpo_dataset"]
+# Every asset a stage trains on or rebuilds first (the Stage registry's datasets and rollouts): each gets the check.
+TRAINING_INPUTS = list(dict.fromkeys(name for stage in STAGES.values() for name in (stage.dataset, *stage.rollouts)))
 
 
 def check_train_side(lake: LakeResource, asset_name: str, version: str) -> AssetCheckResult:

@@ -223,7 +223,6 @@ def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch)
     assert requested(fifth, "leak_clusters") == {DAYS[1]}
 
 
-@pytest.mark.slow
 def test_a_five_day_backfill_through_the_instance_gives_the_in_order_split(arena, in_order, tmp_path, monkeypatch):
     """A Dagster asset backfill of the daily chain over 5 days, driven by the backfill daemon's own
     iteration, runs launched in subprocesses by the instance's run launcher; leak_clusters of

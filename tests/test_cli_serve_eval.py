@@ -52,7 +52,6 @@ def _eval(url: str, model: str, world: Path, env: dict, samples: int, extra: lis
     return json.loads(out.stdout)
 
 
-@pytest.mark.slow
 def test_oracle_and_random_through_the_cli(world, tmp_path):
     env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home")}
     for policy, lo, hi in (("oracle", 0.95, 1.0), ("random", 0.0, 0.1)):
@@ -67,7 +66,6 @@ def test_oracle_and_random_through_the_cli(world, tmp_path):
         assert {"Product", "Shop", "Voucher"} <= set(result["by_category"])
 
 
-@pytest.mark.slow
 def test_tiny_checkpoint_served_and_evaluated_end_to_end(world, tmp_path):
     from shopdistill_assets.eval.tiny_model import build_tiny_model
 

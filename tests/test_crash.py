@@ -30,7 +30,6 @@ def simulate(out: Path, seed: int) -> Path:
     return out / "firehose"
 
 
-@pytest.mark.slow
 def test_killed_corpus_runs_leave_no_mixed_or_missing_day_and_a_rerun_is_identical(tmp_path, monkeypatch, capsys):
     inputs = {"a": simulate(tmp_path / "arena-a", 1), "b": simulate(tmp_path / "arena-b", 2)}
     capsys.readouterr()

@@ -371,7 +371,6 @@ def test_parse_completion(text, names, reasoning):
         assert message["content"]  # the raw text survives for the failure reason
 
 
-@pytest.mark.slow
 def test_tiny_model_served_end_to_end(world, tmp_path_factory):
     from shopdistill_assets.eval.hf_policy import HFPolicy
     from shopdistill_assets.eval.tiny_model import build_tiny_model

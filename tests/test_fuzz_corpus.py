@@ -160,7 +160,6 @@ def _write_files(folder: Path, lines: list[bytes]) -> dict[str, int | None]:
     return written
 
 
-@pytest.mark.slow
 def test_ten_thousand_hostile_lines(tmp_path):
     lines = _hostile_lines(tmp_path)
     written = _write_files(tmp_path / "firehose" / f"day={DAY}", lines)
