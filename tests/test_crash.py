@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 import lake_stress
 from resources.lake import LakeResource

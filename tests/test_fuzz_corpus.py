@@ -19,7 +19,6 @@ from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
-import pytest
 import zstandard
 
 from resources.firehose import FirehoseResource
