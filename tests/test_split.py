@@ -223,6 +223,27 @@ def test_leak_split_is_the_same_whatever_the_materialization_order(arena, tmp_pa
     assert replayed["late_day_2"] == [True, True, False, True, False]
 
 
+def test_a_backfill_replays_its_days_in_one_run_as_day_by_day(arena, tmp_path):
+    """A range of days in one run (the single-run backfill policy) writes the tables the day-by-day
+    chain wrote, and each day keeps its own metadata and check."""
+    lake_root = tmp_path / "range"
+    skip = {*LEAK_TABLES, "split_traces", ".staging"}
+    shutil.copytree(arena.lake_root, lake_root, ignore=lambda d, names: [n for n in names if n in skip])
+    result = dg.materialize(LEAK, resources=resources_for(arena.firehose, lake_root), instance=dg.DagsterInstance.ephemeral(),
+                            tags={"dagster/asset_partition_range_start": DAYS[0],
+                                  "dagster/asset_partition_range_end": DAYS[-1]})
+    assert result.success
+    assert lake_tables(lake_root, LEAK_TABLES) == lake_tables(arena.lake_root, LEAK_TABLES)
+    by_day = {e.step_materialization_data.materialization.partition:
+              e.step_materialization_data.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert sorted(by_day) == DAYS
+    for day in DAYS:
+        expected = meta(arena.runs[day], "leak_clusters")
+        assert by_day[day]["dagster/row_count"].value == expected["dagster/row_count"], day
+        assert by_day[day]["replayed_from_first_day"].value == (day == DAYS[0]), day
+    assert checks(result)["one_side_per_cluster"]
+
+
 # ---------------------------------------------------------------- the guarded split
 
 
