@@ -142,7 +142,6 @@ def dismiss_newsletter_prompt(page, wait_s: float) -> None:
     skip.first.wait_for(state="hidden", timeout=10_000)
 
 
-@pytest.mark.slow
 def test_the_funnel_is_visible_in_the_ui(dagster_dev, processed, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -228,13 +227,12 @@ def instigator_status(url: str) -> dict[str, str]:
             **{s["name"]: s["scheduleState"]["status"] for s in repository["schedules"]}}
 
 
-@pytest.mark.slow
 def test_dagster_dev_at_the_root_shows_the_graph_and_the_sensors_running(root_dagster_dev):
     from playwright.sync_api import sync_playwright
 
     assert instigator_status(root_dagster_dev) == {
         "default_automation_condition_sensor": "RUNNING", "firehose_day_sensor": "RUNNING",
-        "checkpoint_eval_sensor": "RUNNING", "corpus_daily_schedule": "STOPPED"}
+        "checkpoint_eval_sensor": "RUNNING", "corpus_daily_schedule": "STOPPED", "oro_api_day_sensor": "STOPPED"}
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS[1:])
@@ -261,7 +259,6 @@ def test_dagster_dev_at_the_root_shows_the_graph_and_the_sensors_running(root_da
             browser.close()
 
 
-@pytest.mark.slow
 def test_a_second_make_dev_fails_clearly_instead_of_a_second_daemon(tmp_path):
     """`make dev` twice on one project home: the second stops with one line, on the same port
     (already in use) or another (the instance has its daemon)."""
