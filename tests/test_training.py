@@ -29,6 +29,7 @@ from resources.launcher import TrainingLauncher
 from shopdistill_assets.sim import ArenaConfig, simulate
 from shopdistill_assets.train import STAGE_ORDER, STAGES
 
+
 START = date(2026, 11, 5)
 DAYS = [(START + timedelta(days=d)).isoformat() for d in range(2)]
 CORPUS_NAMES = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces",
