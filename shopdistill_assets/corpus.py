@@ -17,6 +17,7 @@ read. The work itself is `core.corpus_parts`, one task per file in a process poo
 
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -153,6 +154,7 @@ def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: Fireh
         context.log.warning(f"{day}: {len(not_inventoried)} file(s) not in raw_firehose's inventory are not read "
                             f"(re-run raw_firehose to include them): {not_inventoried[:5]}")
     cfg, params = config.decide_config(), _firehose_params(firehose)
+    started = time.monotonic()
     scratch = lake.scratch_dir()
     try:
         tasks = [(day, params, f, sha, scratch / f"staged-{i:05d}.arrow", cfg) for i, (f, sha) in enumerate(files)]
@@ -169,8 +171,10 @@ def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: Fireh
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     funnel = _Funnel(staged, splits)
+    seconds = max(time.monotonic() - started, 1e-3)
     context.log.info(f"{day}: {funnel.units} lines from {len(files)} files -> {funnel.rows['gated_traces']} gated, "
-                     f"{funnel.rows['subtask_traces']} subtask, {funnel.rows['rejected_traces']} rejected")
+                     f"{funnel.rows['subtask_traces']} subtask, {funnel.rows['rejected_traces']} rejected "
+                     f"in {seconds:.1f} s ({funnel.units / seconds:,.0f} lines/s, {config.workers} workers)")
     common = {"config": MetadataValue.json(config.model_dump()), "code_version": CODE_VERSION}
     extra = {"files": len(files), "files_not_inventoried": len(not_inventoried),
              "files_truncated": sum(s.end is not None and s.end.reason == "truncated_file" for s in staged),

@@ -11,6 +11,7 @@ and evaluated through it over HTTP, exactly like an external endpoint (vLLM in p
 
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import json
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -108,9 +109,13 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
                         request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
                         tool_timeout_s=config.tool_timeout_s)
+    started = time.monotonic()
     with policy_endpoint(spec, problems, catalog, config.max_new_tokens, config.batch_size) as (url, model):
         result = evaluate(url, model, problems, catalog, cfg, judge=build_judge(config.judge_endpoint, config.judge_model))
     summary = result.summary()
+    seconds = max(time.monotonic() - started, 1e-3)
+    episodes = summary.get("episodes") or len(problems) * cfg.samples
+    context.log.info(f"{spec.name}: {episodes} episodes in {seconds:.1f} s ({episodes / seconds:.2f} episodes/s)")
     rows = pl.DataFrame([{**ep.to_canonical_row(result.eval_run_id, i + 1), "success": ep.success,
                           "failure_reason": ep.failure_reason, "sample": ep.sample}
                          for i, ep in enumerate(result.episodes)], infer_schema_length=None)
