@@ -17,7 +17,6 @@ import socket
 import sys
 import traceback
 import warnings
-from datetime import date
 from pathlib import Path
 
 from shopdistill_assets import cli_checks, settings

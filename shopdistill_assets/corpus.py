@@ -50,7 +50,7 @@ from shopdistill_assets.ingest import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 from shopdistill_assets.parts_pool import default_workers, run_parts
 
-CODE_VERSION = "corpus-5"  # bump when a per-row rule or the table layout changes
+CODE_VERSION = "corpus-6"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
 _STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 import pytest
 
 from resources.firehose import FirehoseResource

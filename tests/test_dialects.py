@@ -221,6 +221,23 @@ def test_read_reasons():
         assert _reason(scalar) == "not_an_object"
 
 
+def test_the_typed_decode_checks_what_it_skips(day_lines):
+    """The primary record is decoded typed and its unread fields skipped; the skipped bytes
+    are still checked: bad UTF-8, bad JSON and too-deep nesting there reject the line as the
+    generic decode does. A number beyond orjson's range (a float overflow) in a field the
+    pipeline never reads is the one thing skipped unjudged (Python's json, ORO's, reads it)."""
+    rec = orjson.loads(day_lines[0])
+    assert _one(day_lines[0]).get("reason") is None
+    line = orjson.dumps({**rec, "unread": "@@"})
+    assert _reason(line.replace(b'"@@"', b'"\xff\xfe"')) == "bad_encoding"
+    assert _reason(line.replace(b'"@@"', b"[1,]")) == "json_decode"
+    assert _reason(line.replace(b'"@@"', b"[" * 5000 + b"]" * 5000)) == "json_decode"
+    big = line.replace(b'"@@"', b"1e400")
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(big)
+    assert _one(big).get("reason") is None and _one(big)["trace_id"] == _one(day_lines[0])["trace_id"]
+
+
 def test_raw_line_is_truncated_in_the_ledger():
     raw = b'{"schema": "sn15.problem_run/v1", "x": "' + b"a" * 200_000
     row = _one(raw)

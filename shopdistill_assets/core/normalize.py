@@ -1,6 +1,7 @@
 """Firehose lines -> canonical trace rows and ledger rows, streaming, plus in-day dedupe.
 
-Per line the work is one `orjson.loads`, a dialect test, and the reader's walk over the
+Per line the work is one typed decode (msgspec, dialects/shapes.py) for the primary dialect,
+or one generic `orjson.loads` for the others, a dialect test, and the reader's walk over the
 steps (no pydantic, no deep copies, no regular expressions over whole records), so the
 normalizer keeps a fair fraction of bare-parse speed. Every line yields exactly one row:
 a canonical trace or a ledger row (the conservation check counts on it).
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
+import msgspec
 import orjson
 import polars as pl
 
-from .dialects import DIALECTS, CanonicalTrace, detect_dialect, record_identity
+from .dialects import DIALECTS, PRIMARY, CanonicalTrace, detect_dialect, record_identity
+from .dialects.shapes import PROBLEM_RUN, ProblemRun, is_problem_run
 from .lines import MAX_LINE_BYTES, RAW_LINE_LIMIT
 from .reasons import Reason, Rejection
 from .recency import latest_copy
@@ -68,18 +71,27 @@ def ledger_row_for_trace(row: CanonicalTrace | dict, rejection: Rejection) -> Le
 
 
 def parse_line(raw: bytes) -> Any | Rejection:
-    """One raw line -> its JSON value, or the read-stage rejection."""
+    """One raw line -> its value, or the read-stage rejection. A well-shaped primary record
+    comes back typed (dialects.shapes.ProblemRun, decoded straight from the bytes); any other
+    line, a hostile primary one included, as its generic JSON value."""
     if len(raw) > MAX_LINE_BYTES:  # the line reader never hands these out; a direct caller might
         return Rejection.of(Reason.LINE_TOO_LARGE, f"{len(raw)} bytes > {MAX_LINE_BYTES}")
     if not raw or raw.isspace():  # isspace stops at the first byte of a real line; strip copies
         return Rejection.of(Reason.EMPTY_LINE)
+    if not raw.isascii():  # msgspec does not check the UTF-8 of the fields it skips: check it first
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return Rejection.of(Reason.BAD_ENCODING, f"invalid UTF-8 at byte {err.start}")
+    try:
+        run = PROBLEM_RUN.decode(raw)
+        if is_problem_run(run):
+            return run
+    except (msgspec.MsgspecError, RecursionError):
+        pass  # another dialect, a hostile record, too deep, or not JSON: the generic decode says which
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as err:
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as uerr:
-            return Rejection.of(Reason.BAD_ENCODING, f"invalid UTF-8 at byte {uerr.start}")
         return Rejection.of(Reason.JSON_DECODE, str(err)[:200])
 
 
@@ -90,6 +102,8 @@ def normalize_record(obj: Any, *, day: str, source_file: str, source_line: int,
     `parsed`, when given, receives the row's `messages` (and, for the primary dialect, its
     proxy `evidence`) as Python objects, so later stages need not parse the JSON text again.
     """
+    if isinstance(obj, ProblemRun):
+        return _read(PRIMARY, obj, day, source_file, source_line, parsed)
     if not isinstance(obj, (dict, list)):
         return Rejection.of(Reason.NOT_AN_OBJECT, f"top-level JSON {type(obj).__name__}")
     name = detect_dialect(obj)
@@ -97,6 +111,11 @@ def normalize_record(obj: Any, *, day: str, source_file: str, source_line: int,
         schema = obj.get("schema") if isinstance(obj, dict) else None
         hint = f"schema={str(schema)[:80]!r}" if schema is not None else f"top-level {type(obj).__name__}"
         return Rejection.of(Reason.UNKNOWN_DIALECT, hint)
+    return _read(name, obj, day, source_file, source_line, parsed)
+
+
+def _read(name: str, obj: Any, day: str, source_file: str, source_line: int,
+          parsed: dict | None) -> CanonicalTrace | Rejection:
     try:
         return DIALECTS[name].read(obj, day=day, source_file=source_file, source_line=source_line, parsed=parsed)
     except Exception as err:  # a reader bug must cost one ledger row, never the day

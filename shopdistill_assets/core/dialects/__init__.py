@@ -52,6 +52,7 @@ from .oro import is_envelope, is_episode, is_upload, read_envelope, read_episode
 from .problem_run import read_problem_run
 from .proxy_evidence import MAX_PROXY_CALLS_KEPT, PROXY_CONTENT_HEAD
 from .rollout import read_rollout
+from .shapes import ProblemRun
 
 __all__ = [
     "CANONICAL_COLUMNS", "CATALOGUE_TOOLS", "DIALECTS", "MAX_ID_CHARS", "MAX_MESSAGES",
@@ -120,6 +121,8 @@ def _dict_get(v: Any, key: str) -> Any:
 def record_identity(obj: Any) -> dict[str, str | None]:
     """Best-effort ids of a record, even a rejected one, for its ledger row."""
     out: dict[str, str | None] = {"trace_id": None, "eval_run_id": None, "problem_id": None, "miner_hotkey": None}
+    if isinstance(obj, ProblemRun):  # a typed primary record: its ids are already checked strings
+        obj = {k: getattr(obj, k) for k in ("eval_run_id", "problem_id", "miner_hotkey")}
     if isinstance(obj, list) and obj and isinstance(obj[0], dict):  # an ORO upload names its problem per step
         obj = {"problem_id": _dict_get(obj[0].get("extra_info"), "problem_id")}
     if isinstance(obj, dict):

@@ -1,7 +1,7 @@
 """Building a canonical trace: the OpenAI tool-calls messages, one step at a time, and the row.
 
 Shared by the readers: `_Dialogue` accumulates messages and hands out call ids; `_step_parts`
-and `_tool_call` shape-check a ShoppingBench-style step (primary and rollout dialects);
+and `_tool_call` read a ShoppingBench-style step, typed (shapes.py: primary, ORO and rollout);
 `_row` turns a finished dialogue and a record's fields into a `CanonicalTrace`.
 """
 
@@ -14,7 +14,6 @@ import orjson
 from ..reasons import Rejection
 from .common import (
     CanonicalTrace,
-    _bad_type,
     _dumps,
     _float,
     _int,
@@ -25,6 +24,7 @@ from .common import (
     split_think,
     tools_json,
 )
+from .shapes import Completion, Step, ToolCall, raw_text
 
 
 class _Dialogue:
@@ -88,17 +88,10 @@ class _Where:
         return f"{self.kind}[{self.i}]"
 
 
-def _tool_call(item: Any, where: _Where, dialogue: _Dialogue, step: int, k: int) -> dict | Rejection:
-    """A ShoppingBench-style {name, parameters, tool_call_id} -> an OpenAI tool call.
-
-    `where` names the step (e.g. "dialogue[2]") for rejection details.
-    """
-    if not isinstance(item, dict):
-        return _violation(f"{where} tool_call[{k}] is {type(item).__name__}, not an object")
-    name = item.get("name")
-    if not isinstance(name, str) or not name:
-        return _violation(f"{where} tool_call[{k}].name is not a non-empty string")
-    params = item.get("parameters", {})
+def _tool_call(item: ToolCall, where: _Where, dialogue: _Dialogue, step: int, k: int) -> dict | Rejection:
+    """An ORO call {name, parameters, tool_call_id} (types checked by its decode) -> an OpenAI
+    tool call. `where` names the step (e.g. "dialogue[2]") for rejection details."""
+    params = item.parameters
     if type(params) is str:
         arguments = params  # kept as given; the format gate decides whether it is a JSON object
     else:
@@ -106,48 +99,31 @@ def _tool_call(item: Any, where: _Where, dialogue: _Dialogue, step: int, k: int)
             arguments = orjson.dumps(params).decode()
         except orjson.JSONEncodeError:
             return _violation(f"{where} tool_call[{k}].parameters cannot be written as JSON")
-    hint = item.get("tool_call_id")
+    hint = item.tool_call_id
     if type(hint) is str and 0 < len(hint) <= 64 and hint not in dialogue.ids:
         cid = hint  # the common case: the record's own id, first use
         dialogue.ids.add(hint)
     else:
         cid = dialogue.call_id(hint, step, k)
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"id": cid, "type": "function", "function": {"name": item.name, "arguments": arguments}}
 
 
-def _fallback_think(completion: dict) -> str:
+def _fallback_think(completion: Completion) -> str:
     """The think when message.think is empty: reasoning_content, else <think> in content."""
-    rc = completion.get("reasoning_content")
-    if isinstance(rc, str) and rc.strip():
+    rc = raw_text(completion.reasoning_content)
+    if rc is not None and rc.strip():
         return rc.replace("<think>", "").replace("</think>", "").strip()
-    content = completion.get("content")
-    return split_think(content)[0] if isinstance(content, str) else ""
+    content = raw_text(completion.content)
+    return split_think(content)[0] if content is not None else ""
 
 
-def _step_parts(step: Any, where: _Where) -> tuple[str, str, list] | Rejection:
-    """(think, response, tool_call list) of one step, shape-checked."""
-    if not isinstance(step, dict):
-        return _violation(f"{where} is {type(step).__name__}, not an object")
-    completion = step.get("completion")
-    if not isinstance(completion, dict):
-        return _violation(f"{where}.completion is missing or not an object")
-    message = completion.get("message")
+def _step_parts(step: Step) -> tuple[str, str, list[ToolCall]]:
+    """(think, response, tool calls) of one step."""
+    completion = step.completion
+    message = completion.message
     if message is None:
-        message = {}
-    elif not isinstance(message, dict):
-        return _bad_type(f"{where}.completion.message", message)
-    think = message.get("think")
-    if not think or type(think) is not str:
-        if think is not None and not isinstance(think, str):
-            return _bad_type(f"{where}.completion.message.think", think)
-        think = _fallback_think(completion)
-    response = message.get("response") or ""
-    if not isinstance(response, str):
-        return _bad_type(f"{where}.completion.message.response", response)
-    calls = message.get("tool_call") or []
-    if not isinstance(calls, list):
-        return _bad_type(f"{where}.completion.message.tool_call", calls)
-    return think, response, calls
+        return _fallback_think(completion), "", []
+    return message.think or _fallback_think(completion), message.response or "", message.tool_call or []
 
 
 def _row(

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ..reasons import Reason, Rejection
 from .common import (
     MAX_ID_CHARS,
@@ -35,6 +37,7 @@ from .common import (
 )
 from .dialogue import _row
 from .problem_run import read_query_and_steps
+from .shapes import EMPTY_EXTRA, STEPS, ExtraInfo, shape_rejection, typed
 
 _ENVELOPE_KEYS = ("status", "dialogue")
 
@@ -64,14 +67,20 @@ def _problem_id(v: Any) -> str | None:
 def _read_oro_steps(dialect: str, dialogue: list, header: dict, obj: Any, *, day: str, source_file: str,
                     source_line: int, parsed: dict | None) -> CanonicalTrace | Rejection:
     """The canonical row of ORO steps; `header` holds the run-level fields the shape carries."""
-    first = _dict(_dict(dialogue[0]).get("extra_info"))
-    query = _str(first.get("query"))
-    steps = read_query_and_steps(dialogue, query, "dialogue[0].extra_info.query")
+    try:
+        steps_typed = typed(dialogue, STEPS)
+    except msgspec.ValidationError as err:
+        return shape_rejection(err, "dialogue")
+    first = steps_typed[0].extra_info
+    if type(first) is not ExtraInfo:
+        first = EMPTY_EXTRA
+    query = _str(first.query)
+    steps = read_query_and_steps(steps_typed, query, "dialogue[0].extra_info.query")
     if isinstance(steps, Rejection):
         return steps
     convo, evidence = steps
-    problem_id = _problem_id(header.get("problem_id")) or _problem_id(first.get("problem_id"))
-    header.setdefault("execution_time", first.get("execution_time"))
+    problem_id = _problem_id(header.get("problem_id")) or _problem_id(first.problem_id)
+    header.setdefault("execution_time", first.execution_time)
     trace_id = make_trace_id(dialect, problem_id or "", _content_digest(obj))
     return _row(
         dialect, convo, {"problem_id": problem_id}, header, {}, query, day, source_file, source_line,

@@ -1,26 +1,26 @@
 """Dialect `sn15.problem_run/v1`: a validator's record of one problem run (the primary dialect).
 
 Each step's tool calls carry their results, so a call and its tool turn come from the same
-place. `_primary_step` checks every field of a step and names the fault.
+place. The record's types (identity, status, scores, every step's fields) are checked by its
+typed decode (shapes.py); what is left here is what types cannot say: non-empty ids, the
+run's outcome, the query, and the per-record limits.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import UNSET
 
 from ..reasons import Reason, Rejection
 from .common import (
-    MAX_ID_CHARS,
     MAX_STEPS,
     MAX_TOOL_CALLS,
     PRIMARY,
     SYSTEM_PROMPT,
     CanonicalTrace,
-    _bad_type,
-    _dict,
-    _float,
     _over_limit,
     _query_over_limit,
     _str,
@@ -30,53 +30,40 @@ from .common import (
 )
 from .dialogue import _Dialogue, _row, _step_parts, _tool_call, _Where
 from .proxy_evidence import _ProxyEvidence
+from .shapes import EMPTY_EXTRA, EMPTY_PROBLEM, ExtraInfo, ProblemRun, Step, shape_rejection, typed
 
 _IDENTITY_KEYS = ("eval_run_id", "problem_id", "miner_hotkey", "validator_hotkey", "agent_version_id")
 
 
-def _primary_header(obj: dict) -> dict | Rejection:
-    """The run-level columns of a primary record, type-checked where the pipeline decides on them."""
-    ids = {}
-    for key in _IDENTITY_KEYS:
-        v = obj.get(key)
-        if v is not None and (type(v) is not str or len(v) > MAX_ID_CHARS):
-            return Rejection.of(Reason.BAD_FIELD_TYPE, f"{key} is not a string of at most {MAX_ID_CHARS} chars")
-        ids[key] = v
-    if not ids["eval_run_id"] or not ids["problem_id"]:
-        return _violation("eval_run_id and problem_id must be non-empty strings")
-    for key in ("status", "phase"):
-        if obj.get(key) is not None and not isinstance(obj[key], str):
-            return _bad_type(key, obj[key])
-    for key in ("score", "reasoning_score"):
-        v = obj.get(key)
-        if v is not None and (_float(v) is None or not 0.0 <= v <= 1.0):
-            return Rejection.of(Reason.BAD_FIELD_TYPE, f"{key} is not a number in [0, 1]")
-    problem = obj.get("problem")
-    if problem is not None and not isinstance(problem, dict):
-        return _bad_type("problem", problem)
-    return ids
+def as_problem_run(obj: Any) -> ProblemRun | Rejection:
+    """The typed record: as decoded from the line, or a generically decoded object checked
+    against the same types (a hostile primary record, or a caller's dict)."""
+    if isinstance(obj, ProblemRun):
+        return obj
+    if not isinstance(obj, dict):
+        return _violation("a problem run must be an object")
+    try:
+        return typed(obj, ProblemRun)
+    except msgspec.ValidationError as err:
+        return shape_rejection(err)
 
 
-def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
-    """One step, every field checked: appended to convo, or the rejection that names the fault."""
-    where = _Where("dialogue", i)
-    parts = _step_parts(step, where)
-    if isinstance(parts, Rejection):
-        return parts
-    think, response, raw_calls = parts
+def _primary_step(step: Step, i: int, convo: _Dialogue) -> Rejection | None:
+    """One step (its types already checked): appended to convo, or the rejection that names the fault."""
+    think, response, raw_calls = _step_parts(step)
     if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
         return _over_limit("tool calls", convo.n_tool_calls + len(raw_calls), MAX_TOOL_CALLS)
     calls, results = [], []
     for k, item in enumerate(raw_calls):
-        call = _tool_call(item, where, convo, i, k)
+        call = _tool_call(item, _Where("dialogue", i), convo, i, k)
         if isinstance(call, Rejection):
             return call
         calls.append(call)
-        if "result" in item:  # results ride on the call; absent -> no tool turn (unpaired)
+        if item.result is not UNSET:  # results ride on the call; absent -> no tool turn (unpaired)
             try:
-                results.append((call["id"], orjson.dumps(item["result"]).decode()))
+                results.append((call["id"], orjson.dumps(item.result).decode()))
             except orjson.JSONEncodeError:
-                return _violation(f"{where} tool_call[{k}].result cannot be written as JSON")
+                return _violation(f"dialogue[{i}] tool_call[{k}].result cannot be written as JSON")
     convo.assistant(think, response, calls)
     for cid, text in results:
         convo.tool(cid, text)
@@ -86,32 +73,37 @@ def _primary_step(step: Any, i: int, convo: _Dialogue) -> Rejection | None:
 def read_problem_run(obj: Any, *, day: str, source_file: str, source_line: int,
                      parsed: dict | None = None) -> CanonicalTrace | Rejection:
     """Dialect `sn15.problem_run/v1`: a validator's record of one problem run."""
-    if not isinstance(obj, dict):
-        return _violation("a problem run must be an object")
-    ids = _primary_header(obj)
-    if isinstance(ids, Rejection):
-        return ids
-    problem = _dict(obj.get("problem"))
-    dialogue = obj.get("dialogue")
-    if dialogue is not None and not isinstance(dialogue, list):
-        return _bad_type("dialogue", dialogue)
-    if failed := failed_run(obj.get("status"), dialogue):
+    run = as_problem_run(obj)
+    if isinstance(run, Rejection):
+        return run
+    ids = {key: getattr(run, key) for key in _IDENTITY_KEYS}
+    if not ids["eval_run_id"] or not ids["problem_id"]:
+        return _violation("eval_run_id and problem_id must be non-empty strings")
+    problem = run.problem or EMPTY_PROBLEM
+    dialogue = run.dialogue or None
+    if failed := failed_run(run.status, dialogue):
         return failed
     if not dialogue:
-        return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={_str(obj.get('status'))!s}, no steps")
-    query = _str(problem.get("query")) or _str(_dict(_dict(dialogue[0]).get("extra_info")).get("query"))
+        return Rejection.of(Reason.EMPTY_DIALOGUE, f"status={run.status!s}, no steps")
+    first = dialogue[0].extra_info
+    query = _str(problem.query) or (_str(first.query) if type(first) is ExtraInfo else None)
     steps = read_query_and_steps(dialogue, query, "problem.query and dialogue[0].extra_info.query")
     if isinstance(steps, Rejection):
         return steps
     convo, evidence = steps
+    header = {"race_id": run.race_id, "suite_id": run.suite_id, "phase": run.phase, "status": run.status,
+              "score": run.score, "reasoning_score": run.reasoning_score, "execution_time": run.execution_time,
+              "inference_total": run.inference_total, "inference_failure_count": run.inference_failure_count,
+              "updated_at": run.updated_at}
     return _row(
-        PRIMARY, convo, ids, obj, problem, query, day, source_file, source_line,
-        trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
+        PRIMARY, convo, ids, header, {"category": problem.category, "difficulty": problem.difficulty}, query,
+        day, source_file, source_line, trace_id=make_trace_id(ids["eval_run_id"], ids["problem_id"]),
         proxy_evidence=evidence.as_object(), parsed=parsed,
     )
 
 
-def read_query_and_steps(dialogue: list, query: str | None, where: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
+def read_query_and_steps(dialogue: list[Step], query: str | None,
+                         where: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
     """The checks every ORO shape makes before its steps (step count, then the query found at
     `where`), then read_steps."""
     if len(dialogue) > MAX_STEPS:
@@ -123,7 +115,7 @@ def read_query_and_steps(dialogue: list, query: str | None, where: str) -> tuple
     return read_steps(dialogue, query)
 
 
-def read_steps(dialogue: list, query: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
+def read_steps(dialogue: list[Step], query: str) -> tuple[_Dialogue, _ProxyEvidence] | Rejection:
     """ORO's steps (results riding on each call, proxy calls in extra_info) -> the dialogue and
     its proxy evidence. Shared by every ORO shape: the joined record, the sandbox envelope and
     the bare upload carry the same steps."""
@@ -133,6 +125,6 @@ def read_steps(dialogue: list, query: str) -> tuple[_Dialogue, _ProxyEvidence] |
         bad = _primary_step(step, i, convo)
         if bad is not None:
             return bad
-        extra = step.get("extra_info")
-        evidence.add_step(extra if type(extra) is dict else {})
+        extra = step.extra_info
+        evidence.add_step(extra if type(extra) is ExtraInfo else EMPTY_EXTRA)
     return convo, evidence

@@ -9,8 +9,8 @@ skipped; catalogue calls dispatched as POSTs without `params` are /search/ calls
 inference requests carrying the prompt (`messages`) and whole responses change nothing here
 (only a head of the completion is kept).
 
-Hot path (a few calls a step, every step of every primary trace): plain dict lookups and
-exact-type tests only, and a cache of what each distinct path means, since a day's calls go
+Hot path (a few calls a step, every step of every primary trace): typed records (shapes.py;
+an inference call's response is decoded only for inference calls) and exact-type tests only, and a cache of what each distinct path means, since a day's calls go
 to a handful of paths.
 """
 
@@ -22,6 +22,17 @@ from typing import Any
 import orjson
 
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+
+from .shapes import (
+    INFERENCE_RESPONSE,
+    ChoiceMessage,
+    Choice,
+    ExtraInfo,
+    InferenceResponse,
+    ProxyCall,
+    RequestBody,
+    Usage,
+)
 
 MAX_PROXY_CALLS_KEPT = 256  # per trace; the rest are only counted
 PROXY_CONTENT_HEAD = 120  # characters of a logged completion kept for people to read
@@ -52,34 +63,34 @@ def _path_kind(path: str) -> str | None:
     return kind
 
 
-def _inference_summary(call: dict) -> dict:
+def _inference_summary(call: ProxyCall) -> dict:
     """What one inference call shows: its limits, its size, whether it emitted a tool call."""
-    ts = call.get("timestamp")
+    ts = call.timestamp
     out: dict[str, Any] = {"ts": ts if type(ts) is int else None}
-    body = call.get("json_data")
-    if type(body) is dict:
-        mt = body.get("max_tokens") or body.get("max_completion_tokens")
+    body = call.json_data
+    if type(body) is RequestBody:
+        mt = body.max_tokens or body.max_completion_tokens
         out["max_tokens"] = mt if type(mt) is int else None
-        if body.get("tools"):
+        if body.tools:
             out["tools"] = True
-        if body.get("response_format") is not None:
+        if body.response_format is not None:
             out["response_format"] = True
-    response = call.get("response")
-    if type(response) is dict:
-        usage = response.get("usage")
-        ct = usage.get("completion_tokens") if type(usage) is dict else None
+    response = INFERENCE_RESPONSE.decode(call.response)
+    if type(response) is InferenceResponse:
+        usage = response.usage
+        ct = usage.completion_tokens if type(usage) is Usage else None
         out["completion_tokens"] = ct if type(ct) is int else None
-        choices = response.get("choices")
-        msg = choices[0].get("message") if type(choices) is list and choices and type(choices[0]) is dict else None
-        if type(msg) is dict:
-            content = msg.get("content")
+        choices = response.choices
+        msg = choices[0].message if type(choices) is list and choices and type(choices[0]) is Choice else None
+        if type(msg) is ChoiceMessage:
+            content = msg.content
             if type(content) is str:
                 out["content"] = content[:PROXY_CONTENT_HEAD]
                 out["emits_tool_call"] = "<tool_call>" in content or _EMITS_TOOL_CALL.search(content) is not None
-            if msg.get("tool_calls"):
+            if msg.tool_calls:
                 out["emits_tool_call"] = True
-    elif call.get("response_truncated"):
-        length = call.get("response_length")
+    elif call.response_truncated:
+        length = call.response_length
         out["response_length"] = length if type(length) is int else None
     return out
 
@@ -100,8 +111,8 @@ class _ProxyEvidence:
         self.kept = 0
         self.dropped = 0
 
-    def add_step(self, extra: dict) -> None:
-        calls = extra.get("proxy_calls")
+    def add_step(self, extra: ExtraInfo) -> None:
+        calls = extra.proxy_calls
         inference: list[dict] = []
         search: list[str] = []
         other = 0
@@ -110,11 +121,11 @@ class _ProxyEvidence:
             over = len(calls) - room
             bad = attempts = 0
             for call in calls if over <= 0 else calls[:room]:
-                path = call.get("path") if type(call) is dict else None
+                path = call.path if type(call) is ProxyCall else None
                 if type(path) is not str:
                     bad += 1
                     continue
-                if call.get("kind", _SUMMARY) != _SUMMARY:
+                if call.kind != _SUMMARY:
                     attempts += 1  # one HTTP try of a call whose summary is logged too: not a call
                     continue
                 kind = _PATH_KINDS.get(path, _UNSEEN)
@@ -128,7 +139,7 @@ class _ProxyEvidence:
                     search.append(kind)
             self.kept += (room if over > 0 else len(calls)) - bad - attempts
             self.dropped += bad + over if over > 0 else bad
-        ts = extra.get("timestamp")
+        ts = extra.timestamp
         self.steps.append({"ts": ts if type(ts) is int else None, "inference": inference, "search": search, "other": other})
 
     def as_object(self) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 import orjson
 
 from ..reasons import Reason, Rejection
@@ -23,6 +25,7 @@ from .common import (
     make_trace_id,
 )
 from .dialogue import _Dialogue, _row, _step_parts, _tool_call, _Where
+from .shapes import STEPS, shape_rejection, typed
 
 def _obs_blocks(prompt: Any) -> tuple[str, int]:
     """(text, number of <obs> blocks) of the last user message of a rollout step's prompt."""
@@ -125,12 +128,13 @@ def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int,
         return too_long
     convo = _Dialogue(system if system is not None else SYSTEM_PROMPT, query)
     seen_blocks = _obs_blocks(obj[0].get("prompt"))[1]
-    for i, step in enumerate(obj):
+    try:
+        typed_steps = typed(obj, STEPS)
+    except msgspec.ValidationError as err:
+        return shape_rejection(err, "step")
+    for i, typed_step in enumerate(typed_steps):
         where = _Where("step", i)
-        parts = _step_parts(step, where)
-        if isinstance(parts, Rejection):
-            return parts
-        think, response, raw_calls = parts
+        think, response, raw_calls = _step_parts(typed_step)
         if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
             return _over_limit("tool calls", convo.n_tool_calls + len(raw_calls), MAX_TOOL_CALLS)
         calls = []
@@ -144,7 +148,7 @@ def read_rollout(obj: Any, *, day: str, source_file: str, source_line: int,
             break
         text, count = _obs_blocks(obj[i + 1].get("prompt"))
         if calls:  # the observations new in the next prompt answer this step's calls
-            hints = [item.get("tool_call_id") for item in raw_calls]
+            hints = [item.tool_call_id for item in raw_calls]
             results = _rollout_results(calls, hints, _last_blocks(text, max(0, count - seen_blocks)))
             for c in calls:
                 if c["id"] in results:
