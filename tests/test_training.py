@@ -369,15 +369,20 @@ def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_p
     env = {**os.environ, "SHOPDISTILL_S3_ENDPOINT_URL": moto_s3}
     pod = subprocess.Popen(script, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 400
-    while not store.exists(f"{state}/checkpoint-2/COMPLETE"):
+    def saved_steps() -> list[int]:
+        return [int(n.split("-")[1]) for n in store.children(state) if store.exists(f"{state}/{n}/COMPLETE")]
+
+    # any saved step will do: older ones are dropped once a newer one is complete, so polling for
+    # checkpoint-2 alone can miss it on a fast machine
+    while not saved_steps():
         assert pod.poll() is None, pod.stderr.read().decode()[-2000:]
         assert time.monotonic() < deadline, "no step saved to the store"
         time.sleep(0.5)
     pod.kill()  # preempted
     pod.wait()
-    saved_steps = [int(n.split("-")[1]) for n in store.children(state) if store.exists(f"{state}/{n}/COMPLETE")]
-    saved = max(saved_steps)
-    assert saved >= 2 and len(saved_steps) <= 2  # older steps are dropped once a newer one is complete
+    steps = saved_steps()
+    saved = max(steps)
+    assert saved >= 2 and len(steps) <= 2  # older steps are dropped once a newer one is complete
     again = subprocess.run([*script, "--max_steps", str(saved + 2), "--output_dir", str(tmp_path / "pod2")], env=env,
                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, (again.returncode, again.stdout[-1500:], again.stderr[-1500:])
