@@ -5,10 +5,10 @@
 In one process, on the same day files:
   (a) bare:    the fastest bare read, single process: zlib.decompressobj over 1 MiB reads,
                lines split from the chunks, `orjson.loads` per line (the floor's baseline);
-  (c) core:    the fused corpus pass (core/corpus_parts: stage_file per file, superseded_day,
+  (c) core:    the fused corpus pass (corpus/corpus_parts: stage_file per file, superseded_day,
                split_file per file, the same functions the asset runs) without Dagster, single
                process; then the conservation recount (a second read of the day) on its own.
-               The per-row work is Python (core/decide.py); nothing compiled of the project's own.
+               The per-row work is Python (corpus/decide.py); nothing compiled of the project's own.
 (a) and (c) run `--repeats` times, interleaved; the headline is the single-core ratio
 median(a) / median(c) in throughput.
   (b) dagster: raw_firehose + the corpus step (five tables) + the blocking conservation check,
@@ -155,8 +155,8 @@ def dagster_pass(firehose_root: Path, lake_root: Path, day: str, workers: int | 
 
     from resources.firehose import FirehoseResource
     from resources.lake import LakeResource
-    from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-    from shopdistill_assets.ingest import raw_firehose
+    from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+    from shopdistill_assets.ingest.assets import raw_firehose
 
     run_config: dict = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     if workers is not None:
@@ -179,9 +179,9 @@ def core_pass(firehose_root: Path, scratch: Path, day: str) -> tuple[dict[str, f
     """Single process, the fused pass; returns (wall seconds per step, counts, CPU seconds per
     step)."""
     from resources.firehose import FirehoseResource
-    from shopdistill_assets.core import corpus_parts as parts
-    from shopdistill_assets.core.decide import DecideConfig
-    from shopdistill_assets.core.lines import count_units
+    from shopdistill_assets.corpus import corpus_parts as parts
+    from shopdistill_assets.corpus.decide import DecideConfig
+    from shopdistill_assets.corpus.lines import count_units
 
     firehose = FirehoseResource(root=str(firehose_root))
     files = firehose.list_day(day)
@@ -235,7 +235,7 @@ def verdict(ok: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     from statistics import median
 
-    from shopdistill_assets.parts_pool import default_workers
+    from shopdistill_assets.corpus.parts_pool import default_workers
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=100_000, help="traces to simulate when the day is absent")
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported before any clock starts: (b) and (c) time work, not imports.
     import dagster  # noqa: F401
 
-    import shopdistill_assets.corpus  # noqa: F401
+    import shopdistill_assets.corpus.assets  # noqa: F401
 
     work = Path(tempfile.mkdtemp(prefix="bench-corpus-"))
     try:

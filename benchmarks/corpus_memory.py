@@ -4,7 +4,7 @@
 
 For each size, a simulated day (kept under `--arena` for reuse; simulating 300k traces takes
 a while) is run twice, each run in a fresh process so its peak is its own:
-  core:    the fused pass (core/corpus_parts: stage_file, superseded_day, split_file) in one
+  core:    the fused pass (corpus/corpus_parts: stage_file, superseded_day, split_file) in one
            process, no Dagster: the per-line path's own footprint;
   dagster: raw_firehose + the corpus step + the conservation check, materialized in-process
            on an ephemeral instance with the default process pool (one firehose file per task).
@@ -38,8 +38,8 @@ PSS = ("smaps_rollup", "Pss:")  # forked pool workers share the parent's pages: 
 
 def run_core(firehose_root: Path, day: str, out: Path) -> dict:
     from resources.firehose import FirehoseResource
-    from shopdistill_assets.core import corpus_parts as parts
-    from shopdistill_assets.core.decide import DecideConfig
+    from shopdistill_assets.corpus import corpus_parts as parts
+    from shopdistill_assets.corpus.decide import DecideConfig
 
     firehose = FirehoseResource(root=str(firehose_root))
     files = firehose.list_day(day)
@@ -59,8 +59,8 @@ def run_dagster(firehose_root: Path, day: str, out: Path, workers: int | None) -
 
     from resources.firehose import FirehoseResource
     from resources.lake import LakeResource
-    from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-    from shopdistill_assets.ingest import raw_firehose
+    from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+    from shopdistill_assets.ingest.assets import raw_firehose
 
     run_config: dict = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     if workers:
@@ -77,7 +77,7 @@ def one_run(mode: str, firehose_root: Path, day: str, workers: int | None) -> No
     """Child process: run one mode, print its figures as one JSON line."""
     import dagster  # noqa: F401  (imported before the clock and the sampler: imports are not the path)
 
-    import shopdistill_assets.corpus  # noqa: F401
+    import shopdistill_assets.corpus.assets  # noqa: F401
 
     base = tree_bytes(os.getpid(), *PSS)
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp, TreeMemorySampler(0.05, *PSS) as sampler:

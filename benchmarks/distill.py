@@ -155,8 +155,8 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
     if args.base_model:  # a given model keeps its own tokenizer and chat template
         os.environ["SHOPDISTILL_BASE_MODEL"] = args.base_model
         return args.base_model
-    from shopdistill_assets.eval.tiny_model import build_small_model, fixed_prompt_pieces, render_conversations
     from shopdistill_assets.sandbox.catalog import iter_documents
+    from shopdistill_assets.training.tiny_model import build_small_model, fixed_prompt_pieces, render_conversations
 
     rows = lake.read_snapshot("train_corpus", corpus_version).sort("trace_id").to_dicts()
     texts = render_conversations(rows[:: max(1, len(rows) // 400)])
@@ -169,7 +169,7 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
                              seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens)
     from transformers import AutoTokenizer
 
-    from shopdistill_assets.eval.tiny_model import loss_copy_share
+    from shopdistill_assets.training.tiny_model import loss_copy_share
 
     copies = loss_copy_share(AutoTokenizer.from_pretrained(path), texts[1:])  # train-side rows, as trained on
     print(f"   loss tokens copying a context token: {100 * copies['copies']:.1f}% (tool calls "
@@ -179,7 +179,7 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
 
 
 def train(resources: dict, names: list[str], ops: dict[str, Any]) -> dict[str, Any]:
-    from shopdistill_assets.runner import materialize_unpartitioned
+    from shopdistill_assets.cli.runner import materialize_unpartitioned
 
     meta = _checked(materialize_unpartitioned(resources, names, ops={k: v for k, v in ops.items() if k in names}),
                     "+".join(names))
@@ -202,7 +202,7 @@ def resources_for(home: Path) -> dict:
     roots = settings.resolve_roots()
     res["lake"] = LakeResource(root=roots.lake)
     res["checkpoints"] = CheckpointStoreResource(root=roots.checkpoints, base_model=roots.base_model)
-    res["launcher"] = TrainingLauncher(deepspeed_config="zero2", echo_output=False)
+    res["launcher"] = TrainingLauncher(deepspeed_config="zero2", echo_output=False, work_dir=str(home / "train-runs"))
     return res
 
 
@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         return measure_copies(args, home)
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    from shopdistill_assets.cli import CORPUS_ASSETS
-    from shopdistill_assets.policies_registry import PolicySpec, register
-    from shopdistill_assets.runner import materialize_days, materialize_policies, materialize_unpartitioned
+    from shopdistill_assets.agent.policies_registry import PolicySpec, register
+    from shopdistill_assets.cli.main import CORPUS_ASSETS
+    from shopdistill_assets.cli.runner import materialize_days, materialize_policies, materialize_unpartitioned
     from shopdistill_assets.sim import ArenaConfig, simulate
 
     start = date(2026, 11, 1)
@@ -266,11 +266,15 @@ def measure_copies(args: argparse.Namespace, home: Path) -> int:
     split in two; each tokenizer is trained on one half and measured on the other."""
     import gzip
 
-    from shopdistill_assets.core.normalize import normalize_lines
-    from shopdistill_assets.eval.tiny_model import (build_arena_tokenizer, fixed_prompt_pieces, loss_copy_share,
-                                                    render_conversations)
+    from shopdistill_assets.corpus.normalize import normalize_lines
     from shopdistill_assets.sandbox.catalog import iter_documents
     from shopdistill_assets.sim import ArenaConfig, simulate
+    from shopdistill_assets.training.tiny_model import (
+        build_arena_tokenizer,
+        fixed_prompt_pieces,
+        loss_copy_share,
+        render_conversations,
+    )
 
     simulate(ArenaConfig(out=home / "arena", start_day=date(2026, 11, 1), days=1, seed=args.seed,
                          traces_per_day=600, problems_per_day=args.problems_per_day))
@@ -296,11 +300,11 @@ def measure_copies(args: argparse.Namespace, home: Path) -> int:
 def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str], home: Path) -> dict[str, dict]:
     """Each policy's next call after every prefix of the fair policy's trajectory on the held-out
     problems policy_eval evaluated (the newest heldout_eval_set, the same limit)."""
-    from shopdistill_assets.eval.step_match import chat_policy, step_match, teacher_steps
-    from shopdistill_assets.evaluation import _newest_version
-    from shopdistill_assets.heldout import HELDOUT_ASSET, rows_to_problems
-    from shopdistill_assets.policies_registry import lookup
+    from shopdistill_assets.agent.policies_registry import lookup
+    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.evaluation.step_match import chat_policy, step_match, teacher_steps
     from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
 
     out = {}
     with phase("step match on the fair policy's held-out trajectories"):
@@ -321,9 +325,9 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
     """The ablation's sft, then the five stages; returns {policy: corpus source} for the report."""
     from transformers import AutoTokenizer
 
-    from shopdistill_assets.policies_registry import PolicySpec, register
-    from shopdistill_assets.runner import materialize_unpartitioned
-    from shopdistill_assets.train import STAGES
+    from shopdistill_assets.agent.policies_registry import PolicySpec, register
+    from shopdistill_assets.cli.runner import materialize_unpartitioned
+    from shopdistill_assets.training.stages import STAGES
 
     store = resources["checkpoints"].store()
     sft = {"only_successful": True}
@@ -366,8 +370,8 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
 
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],
            command: str, started: datetime, step_matches: dict[str, dict] | None = None) -> int:
-    from shopdistill_assets.core import distill_report
-    from shopdistill_assets.policies_registry import lookup
+    from shopdistill_assets.agent.policies_registry import lookup
+    from shopdistill_assets.evaluation import distill_report
 
     store = resources["checkpoints"].store()
     heldout = {}

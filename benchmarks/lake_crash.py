@@ -29,11 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+import lake_stress  # noqa: E402
 import polars as pl  # noqa: E402
 
-import lake_stress  # noqa: E402
 from resources.lake import LakeResource, parquet_bytes  # noqa: E402
-from shopdistill_assets.cli import main as cli  # noqa: E402
+from shopdistill_assets.cli.main import main as cli  # noqa: E402
 
 DAY = "2026-11-05"
 

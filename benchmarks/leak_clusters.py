@@ -23,7 +23,7 @@ import xxhash
 from datasketch import MinHash
 
 from shopdistill_assets.core.canonical import canonical_tokens
-from shopdistill_assets.core.leak_clusters import LeakConfig, LeakIndex, ProblemRef, Signer
+from shopdistill_assets.split.leak_clusters import LeakConfig, LeakIndex, ProblemRef, Signer
 
 NOUNS = "wheel bag cymbal powder jeans earbuds case lamp cooker kettle mat backpack mug bottle shoes wallet \
 stroller mouse keyboard speaker fryer sheet clock charger serum dryer grinder knife tent rod sunglasses watch \

@@ -17,9 +17,9 @@ import socket
 import sys
 import time
 
-from shopdistill_assets.eval import OraclePolicy, RolloutConfig, evaluate, serve, wait_ready
-from shopdistill_assets.eval.server import serve_forever
-from shopdistill_assets.eval.toy_world import toy_world
+from shopdistill_assets.agent import OraclePolicy, RolloutConfig, evaluate, serve, wait_ready
+from shopdistill_assets.agent.server import serve_forever
+from shopdistill_assets.sim.toy_world import toy_world
 
 
 def _free_port() -> int:

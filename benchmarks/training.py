@@ -31,14 +31,14 @@ sys.path.insert(0, str(REPO))
 
 
 def build_model(size: str, folder: Path) -> str:
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     if size == "tiny":
         return str(build_tiny_model(folder))
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from shopdistill_assets.eval.tiny_model import build_tokenizer
+    from shopdistill_assets.training.tiny_model import build_tokenizer
 
     tokenizer = build_tokenizer(2048)
     torch.manual_seed(0)
@@ -57,9 +57,9 @@ def build_model(size: str, folder: Path) -> str:
 def build_datasets(work: Path) -> dict[str, str]:
     import pyarrow.parquet as pq
 
-    from shopdistill_assets.core.normalize import iter_records
+    from shopdistill_assets.corpus.normalize import iter_records
     from shopdistill_assets.sim import ArenaConfig, simulate
-    from shopdistill_assets.train import rows
+    from shopdistill_assets.training.stages import rows
 
     arena = work / "arena"
     simulate(ArenaConfig(out=arena, start_day=date(2026, 11, 1), days=1, traces_per_day=300, seed=3,
@@ -91,9 +91,9 @@ def build_datasets(work: Path) -> dict[str, str]:
 
 
 def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.Namespace) -> dict:
-    from resources.launcher import deepspeed_config, local_job_env
-
     import yaml
+
+    from resources.launcher import deepspeed_config, local_job_env
 
     trainer = {"max_steps": args.steps, "logging_steps": 1, "learning_rate": 1e-4}
     if method in ("sft", "kto"):
@@ -111,7 +111,7 @@ def run_stage(method: str, model: str, dataset: str, work: Path, args: argparse.
     path.write_text(yaml.safe_dump(config))
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     started = time.monotonic()
-    proc = subprocess.run([launcher, "--num_gpus", str(args.gpus), str(REPO / "shopdistill_assets" / "train" /
+    proc = subprocess.run([launcher, "--num_gpus", str(args.gpus), str(REPO / "shopdistill_assets" / "training" / "stages" /
                                                                         f"{method}.py"), "--config", str(path)],
                           capture_output=True, text=True, env={**os.environ, **local_job_env()})
     wall = time.monotonic() - started

@@ -15,7 +15,7 @@ from dagster import (
     sensor,
 )
 
-from shopdistill_assets.train import STAGES
+from shopdistill_assets.training.stages import STAGES
 
 STAGE_JOBS = {
     name: define_asset_job(f"train_{name}", selection=AssetSelection.assets(*stage.rollouts, stage.asset),

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from shopdistill_assets.core.checkpoint_store import CheckpointStore
+from resources.checkpoint_store import CheckpointStore
 
 TINY_BASE = "tiny-qwen3"  # built offline on first use: what the demo and the tests train
 
@@ -24,14 +22,3 @@ class CheckpointStoreResource(ConfigurableResource):
 
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.root, endpoint_url=self.endpoint_url, cache_dir=self.cache_dir)
-
-    def base_model_path(self, models_dir: Path) -> str:
-        """The base model as the trainers load it; the tiny model is built (once) under `models_dir`."""
-        if self.base_model != TINY_BASE:
-            return self.base_model
-        target = models_dir / TINY_BASE
-        if not (target / "config.json").exists():
-            from shopdistill_assets.eval.tiny_model import build_tiny_model
-
-            build_tiny_model(target)
-        return str(target)

@@ -8,7 +8,7 @@ Integrity: a gzip member's CRC-32 and length and a zstd frame's checksum (when t
 one) are checked as the stream is read. A stream that fails them raises `CorruptFile` at the
 end of the bad member or frame, after the bytes decoded before it have been delivered; a
 stream that stops inside a member or frame raises `TruncatedFile`. What that means for the
-lines already read is the caller's rule (core/lines.py: a corrupt file is not trusted at all,
+lines already read is the caller's rule (corpus/lines.py: a corrupt file is not trusted at all,
 a truncated one keeps its intact lines).
 
 File names: a local name that is not valid UTF-8 is listed under `safe_file_name(name)`, a
@@ -149,7 +149,7 @@ class FirehoseResource(S3Access):
         A truncated file raises TruncatedFile (an EOFError) and a corrupt one CorruptFile (a
         ValueError) after the bytes decoded before the fault have been delivered: the caller
         decides what a broken tail means, nothing is swallowed here. Lines are unbounded here;
-        the corpus path reads `day_file_chunks` through core/lines.py, which bounds them.
+        the corpus path reads `day_file_chunks` through corpus/lines.py, which bounds them.
         """
         return io.BufferedReader(_ChunkStream(self.day_file_chunks(file)), _CHUNK)
 
@@ -269,7 +269,7 @@ def _gunzip(stored: Iterator[bytes]) -> Iterator[bytes]:
     """Concatenated gzip members. Each member is inflated raw and its CRC-32 and length are
     checked here, after its bytes have been handed out: zlib's own gzip mode drops the output
     of the call that fails the check, which for a small file is the whole file, and the ledger
-    must see every line that decoded (core/lines.py: corrupt_file)."""
+    must see every line that decoded (corpus/lines.py: corrupt_file)."""
     chunks, buf = iter(stored), bytearray()
     while True:
         while True:  # the next member's header, past any zero padding

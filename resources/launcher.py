@@ -6,7 +6,7 @@
            training image on one whole GPU node (one rank per GPU); the config, the parent model,
            the dataset and the catalogue are s3:// URIs the stage fetches itself, and it
            publishes to the S3 checkpoint store. Chosen by SHOPDISTILL_GPU_POD_SPEC (`launcher_from_env`).
-Rank 0 alone reports through Pipes (see `shopdistill_assets/train/common.py`).
+Rank 0 alone reports through Pipes (see `shopdistill_assets/training/stages/common.py`).
 """
 
 from __future__ import annotations
@@ -153,14 +153,14 @@ class TrainingLauncher(ConfigurableResource):
 
     def script_path(self, script: str) -> str:
         if self.remote:  # inside the training image, the package is installed
-            return f"{IMAGE_APP}/shopdistill_assets/train/{script}"
-        return str(REPO_ROOT / "shopdistill_assets" / "train" / script)
+            return f"{IMAGE_APP}/shopdistill_assets/training/stages/{script}"
+        return str(REPO_ROOT / "shopdistill_assets" / "training" / "stages" / script)
 
     def stage_dir(self, stage: str, run_id: str) -> Path:
-        from shopdistill_assets.instance import project_home
-
-        root = Path(self.work_dir) if self.work_dir else project_home() / "train-runs"
-        folder = root / stage / run_id
+        if not self.work_dir:
+            raise ValueError("TrainingLauncher needs `work_dir` (launcher_from_env sets it to the project home's "
+                             "train-runs/)")
+        folder = Path(self.work_dir) / stage / run_id
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -211,26 +211,6 @@ class TrainingLauncher(ConfigurableResource):
         invocation = PipesK8sClient().run(context=context, image=self.image, command=command,
                                           namespace=self.namespace, base_pod_spec=spec, env=env)
         return _reported(invocation)
-
-
-def launcher_from_env(environ: Any = os.environ, **local: Any) -> TrainingLauncher:
-    """The launcher the settings name: a GPU pod when SHOPDISTILL_GPU_POD_SPEC is set (Helm sets
-    it), else local deepspeed. SHOPDISTILL_TRAIN_IMAGE names the image (default: the code image)."""
-    from shopdistill_assets import settings
-
-    deepspeed = environ.get(settings.DEEPSPEED) or settings.DEFAULT_DEEPSPEED
-    spec = environ.get(GPU_POD_SPEC_ENV)
-    if not spec:
-        return TrainingLauncher(deepspeed_config=deepspeed, **local)
-    parsed = json.loads(spec)
-    if not isinstance(parsed, dict):
-        raise ValueError(f"{GPU_POD_SPEC_ENV} must be a JSON object (nodeSelector, tolerations, resources, …)")
-    return TrainingLauncher(kind="k8s", deepspeed_config=deepspeed, pod_spec_json=spec,
-                            image=environ.get(TRAIN_IMAGE_ENV) or environ.get("SHOPDISTILL_IMAGE"),
-                            namespace=environ.get("DAGSTER_K8S_NAMESPACE") or "default",
-                            cache_claim=environ.get("SHOPDISTILL_MODEL_CACHE_CLAIM") or None,
-                            peak_tflops=float(environ["SHOPDISTILL_PEAK_TFLOPS"])
-                            if environ.get("SHOPDISTILL_PEAK_TFLOPS") else None)
 
 
 def _tail(log: Path, lines: int = 12) -> str:

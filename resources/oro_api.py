@@ -12,8 +12,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from shopdistill_assets.oro_client import OroApi, RetryPolicy, build_sdk_client
-from shopdistill_assets.oro_day import IngestConfig
+from resources.oro_client import IngestConfig, OroApi, RetryPolicy, build_sdk_client
 
 DEFAULT_BASE_URL = "https://api.oroagents.com"
 LANDING_FOLDER = "_oro_landing"

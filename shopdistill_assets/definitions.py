@@ -36,17 +36,17 @@ from jobs.training import TRAINING_JOBS, TRAINING_SENSORS
 from resources.checkpoints import CheckpointStoreResource
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
-from resources.launcher import launcher_from_env
 from resources.oro_api import OroApiResource
 from shopdistill_assets import settings
-from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-from shopdistill_assets.day_funnel import FUNNEL_ASSETS
-from shopdistill_assets.evaluation import EVAL_ASSETS, EVAL_CHECKS
-from shopdistill_assets.ingest import raw_firehose
-from shopdistill_assets.oro_ingest import oro_api_daily_job, oro_api_day, oro_api_day_sensor
-from shopdistill_assets.split import SPLIT_ASSETS, SPLIT_CHECKS
-from shopdistill_assets.training import TRAINING_ASSETS
-from shopdistill_assets.training_data import TRAINING_DATA_ASSETS, TRAINING_DATA_CHECKS
+from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.corpus.day_funnel_assets import FUNNEL_ASSETS
+from shopdistill_assets.evaluation.assets import EVAL_ASSETS, EVAL_CHECKS
+from shopdistill_assets.ingest.assets import raw_firehose
+from shopdistill_assets.ingest.oro_assets import oro_api_daily_job, oro_api_day, oro_api_day_sensor
+from shopdistill_assets.split.assets import SPLIT_ASSETS, SPLIT_CHECKS
+from shopdistill_assets.training.assets import TRAINING_ASSETS
+from shopdistill_assets.training.data_assets import TRAINING_DATA_ASSETS, TRAINING_DATA_CHECKS
+from shopdistill_assets.training.launch import launcher_from_env
 
 
 def _with_automation(spec: AssetSpec) -> AssetSpec:

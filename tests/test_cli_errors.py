@@ -140,8 +140,8 @@ def test_serve_the_oracle_without_an_arena(tmp_path):
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    from shopdistill_assets.eval.toy_world import toy_world
     from shopdistill_assets.sandbox import write_catalog, write_suite
+    from shopdistill_assets.sim.toy_world import toy_world
 
     root = tmp_path_factory.mktemp("toy")
     catalog, problems = toy_world(seed=3, n_problems=3)

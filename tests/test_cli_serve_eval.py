@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill_assets.eval.server import wait_ready
+from shopdistill_assets.agent.server import wait_ready
 from shopdistill_assets.sandbox import write_catalog, write_suite
-from shopdistill_assets.eval.toy_world import toy_world
+from shopdistill_assets.sim.toy_world import toy_world
 
 CLI = [sys.executable, "-m", "shopdistill_assets.cli"]
 
@@ -67,7 +67,7 @@ def test_oracle_and_random_through_the_cli(world, tmp_path):
 
 
 def test_tiny_checkpoint_served_and_evaluated_end_to_end(world, tmp_path):
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     checkpoint = build_tiny_model(tmp_path / "tiny")
     env = {**os.environ, "SHOPDISTILL_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
@@ -122,8 +122,8 @@ def test_a_header_slowloris_is_cut_at_the_request_deadline_and_threads_are_bound
     import threading
     import time
 
-    from shopdistill_assets.eval.policies import RandomPolicy
-    from shopdistill_assets.eval.server import serve
+    from shopdistill_assets.agent.policies import RandomPolicy
+    from shopdistill_assets.agent.server import serve
 
     with serve(RandomPolicy(seed=0), client_timeout_s=1.0, request_timeout_s=2.0, max_connections=8) as server:
         base_threads = threading.active_count()
@@ -156,8 +156,8 @@ def test_a_header_slowloris_is_cut_at_the_request_deadline_and_threads_are_bound
 
 
 def test_a_lone_surrogate_escape_in_a_request_is_a_400_not_a_500():
-    from shopdistill_assets.eval.policies import RandomPolicy
-    from shopdistill_assets.eval.server import serve
+    from shopdistill_assets.agent.policies import RandomPolicy
+    from shopdistill_assets.agent.server import serve
 
     with serve(RandomPolicy(seed=0)) as server:
         body = b'{"model": "m", "messages": [{"role": "user", "content": "price \\ud800 under 500"}]}'

@@ -18,8 +18,8 @@ import pytest
 
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
-from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.ingest.assets import raw_firehose
 
 DAY = "2026-11-20"  # the build day of the fixtures (their updated_at)
 FIREHOSE_FILES = ("oro_problem_run.jsonl", "oro_sandbox_output.jsonl", "oro_upload.jsonl", "sb_rollout.jsonl")

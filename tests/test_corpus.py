@@ -30,8 +30,8 @@ import pytest
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.s3 import parse_s3_uri
-from shopdistill_assets.corpus import CODE_VERSION, CORPUS_ASSETS, CORPUS_CHECKS
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.corpus.assets import CODE_VERSION, CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.ingest.assets import raw_firehose
 from shopdistill_assets.sim import ArenaConfig, simulate
 
 DAYS = ("2026-11-02", "2026-11-03")
@@ -347,7 +347,7 @@ def test_rematerializing_a_day_gives_identical_bytes(corpus, tmp_path):
 
 def test_agentic_traces_carry_the_verdict_not_the_text(corpus):
     """agentic_traces is identity, scores and evidence; the trace text is in normalized and gated."""
-    from shopdistill_assets.core.decide import AGENTIC_SCHEMA, TRACE_TEXT_COLUMNS
+    from shopdistill_assets.corpus.decide import AGENTIC_SCHEMA, TRACE_TEXT_COLUMNS
 
     for day in DAYS:
         agentic, gated = corpus.table("agentic_traces", day), corpus.table("gated_traces", day)
@@ -361,7 +361,7 @@ def test_the_recount_counts_the_units_the_reader_hands_out(fault):
     """conservation's recount (newlines only) == LineReader's units, however the stream is cut."""
     import random
 
-    from shopdistill_assets.core.lines import LineReader, count_units
+    from shopdistill_assets.corpus.lines import LineReader, count_units
 
     rng = random.Random(1)
     for _ in range(200):
@@ -513,7 +513,7 @@ def test_lake_on_s3_conserves_and_matches_the_local_lake(corpus, moto_s3, tmp_pa
 
 
 def test_selecting_one_table_runs_the_whole_step_and_records_all_five(tiny_day, tmp_path):
-    from shopdistill_assets.corpus import TABLES, conservation, corpus
+    from shopdistill_assets.corpus.assets import TABLES, conservation, corpus
 
     assert sorted(k.to_user_string() for k in corpus.keys) == sorted(TABLES)
     assert set(corpus.code_versions_by_key.values()) == {CODE_VERSION}
@@ -538,8 +538,8 @@ def test_selecting_one_table_runs_the_whole_step_and_records_all_five(tiny_day, 
 
 
 def test_a_failed_conservation_check_blocks_what_follows(tiny_day, tmp_path, monkeypatch):
-    import shopdistill_assets.corpus as corpus_module
-    from shopdistill_assets.split import leak_clusters
+    import shopdistill_assets.corpus.assets as corpus_module
+    from shopdistill_assets.split.assets import leak_clusters
 
     real = corpus_module.count_units
     monkeypatch.setattr(corpus_module, "count_units", lambda *a, **k: real(*a, **k) + 1)  # one line unaccounted

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-
 import lake_stress
+
 from resources.lake import LakeResource
-from shopdistill_assets.cli import main as cli
+from shopdistill_assets.cli.main import main as cli
 
 DAY = "2026-11-05"
 KILLS = 3

@@ -107,7 +107,7 @@ def test_helm_values_match_the_chart_keys_we_use():
     assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "8"  # a whole node: one rank per GPU
     assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert deployment["includeConfigInLaunchedRuns"]["enabled"]  # run workers see these settings
-    from resources.launcher import launcher_from_env  # what the run worker builds from them
+    from shopdistill_assets.training.launch import launcher_from_env  # what the run worker builds from them
 
     launcher = launcher_from_env(env)
     assert launcher.kind == "k8s" and launcher.image == env["SHOPDISTILL_TRAIN_IMAGE"] and launcher.peak_tflops == 989

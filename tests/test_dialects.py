@@ -9,14 +9,30 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shopdistill_assets.core.dialects import (
-    OPENAI, ORO_ENVELOPE, ORO_EPISODE, ORO_UPLOAD, PRIMARY, ROLLOUT, SYSTEM_PROMPT, TOOL_SCHEMAS, CANONICAL_COLUMNS,
-    detect_dialect, make_trace_id, parse_updated_at, reasoning_coef,
+from shopdistill_assets.corpus.dialects import (
+    CANONICAL_COLUMNS,
+    OPENAI,
+    ORO_ENVELOPE,
+    ORO_EPISODE,
+    ORO_UPLOAD,
+    PRIMARY,
+    ROLLOUT,
+    SYSTEM_PROMPT,
+    TOOL_SCHEMAS,
+    detect_dialect,
+    make_trace_id,
+    parse_updated_at,
+    reasoning_coef,
 )
-from shopdistill_assets.core.normalize import (
-    RAW_LINE_LIMIT, LEDGER_COLUMNS, dedupe_within_day, iter_records, normalize_lines, normalize_record,
+from shopdistill_assets.corpus.normalize import (
+    LEDGER_COLUMNS,
+    RAW_LINE_LIMIT,
+    dedupe_within_day,
+    iter_records,
+    normalize_lines,
+    normalize_record,
 )
-from shopdistill_assets.core.reasons import REASONS, Reason
+from shopdistill_assets.corpus.reasons import REASONS, Reason
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 DAY = "2026-11-30"
@@ -291,7 +307,7 @@ def test_rollout_and_openai_reasons(rollout, openai_record):
 
 
 def test_reader_bug_costs_one_ledger_row(monkeypatch, day_lines):
-    from shopdistill_assets.core import dialects
+    from shopdistill_assets.corpus import dialects
 
     def broken(obj, **_):
         raise KeyError("boom")

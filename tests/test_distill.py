@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from shopdistill_assets.eval.fair import parse_item, parse_request
+from shopdistill_assets.agent.fair import parse_item, parse_request
 
 PRODUCT = "Can you find a waist bag from logitech, less than 602 php, sold by an official LazMall store, closure: zipper."
 SHOP = ("Which store has all of these items: (1) a adidas brand hair dryer, in red color; (2) a kaiser laptop stand, "
@@ -46,7 +46,7 @@ def test_fair_policy_reads_the_arena_phrasings():
 
 
 def test_fair_policy_plays_an_episode_from_tool_results_alone():
-    from shopdistill_assets.eval.policies import FairPolicy
+    from shopdistill_assets.agent.policies import FairPolicy
 
     policy = FairPolicy()
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": PRODUCT}]
@@ -65,7 +65,7 @@ def test_fair_policy_plays_an_episode_from_tool_results_alone():
 
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
-    from shopdistill_assets.eval.tiny_model import build_small_model, render_conversations
+    from shopdistill_assets.training.tiny_model import build_small_model, render_conversations
 
     rows = [{"messages": [{"role": "system", "content": "You shop."}, {"role": "user", "content": PRODUCT},
                           {"role": "assistant", "content": "", "reasoning_content": "Searching.", "tool_calls": [
@@ -94,9 +94,9 @@ def test_arena_tokenizer_folds_json_spacing_and_groups_digits(small_model):
 
 
 def test_whole_pieces_are_one_token_each_and_round_trip():
-    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
-    from shopdistill_assets.eval.tiny_model import build_arena_tokenizer, fixed_prompt_pieces
+    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
+    from shopdistill_assets.training.tiny_model import build_arena_tokenizer, fixed_prompt_pieces
 
     pieces = fixed_prompt_pieces()
     assert len(pieces) == len(tool_schemas()) + 2  # head, one line per tool, tail
@@ -115,7 +115,7 @@ def test_whole_pieces_are_one_token_each_and_round_trip():
 
 
 def test_batched_decoding_answers_like_one_at_a_time(small_model):
-    from shopdistill_assets.eval.hf_policy import BatchedHFPolicy, HFPolicy, checkpoint_policy
+    from shopdistill_assets.agent.hf_policy import BatchedHFPolicy, HFPolicy, checkpoint_policy
 
     single = HFPolicy(small_model, max_new_tokens=12)
     batched = checkpoint_policy(small_model, max_new_tokens=12, batch_size=4)
@@ -139,10 +139,9 @@ def test_batched_decoding_answers_like_one_at_a_time(small_model):
 def test_sft_outcome_filter_keeps_successful_rows():
     from datasets import Dataset
 
-    from shopdistill_assets.train.sft import successful
-    from shopdistill_assets.train import STAGES
-    from shopdistill_assets.train.sft import SFTScriptArgs
-    from shopdistill_assets.training import StageTrainConfig
+    from shopdistill_assets.training.assets import StageTrainConfig
+    from shopdistill_assets.training.stages import STAGES
+    from shopdistill_assets.training.stages.sft import SFTScriptArgs, successful
 
     rows = Dataset.from_list([{"trace_id": str(i), "score": s} for i, s in enumerate([1.0, 0.0, None, 1.0])])
     assert successful(rows)["trace_id"] == ["0", "3"]
@@ -153,7 +152,7 @@ def test_sft_outcome_filter_keeps_successful_rows():
 
 
 def test_report_checks_the_goals(tmp_path):
-    from shopdistill_assets.core import distill_report
+    from shopdistill_assets.evaluation import distill_report
 
     def summary(asr, p8):
         return {"asr": asr, "pass_at_1": asr, "pass_at_k": {"1": asr, "8": p8}, "counts": {"problems": 10},
@@ -201,9 +200,9 @@ def heldout_arena(tmp_path_factory):
 
 
 def test_step_match_scores_the_teacher_one_and_the_floor_lower(heldout_arena):
-    from shopdistill_assets.eval.policies import FairPolicy, RandomPolicy
-    from shopdistill_assets.eval.rollout import SYSTEM_PROMPT
-    from shopdistill_assets.eval.step_match import step_match, teacher_steps
+    from shopdistill_assets.agent.policies import FairPolicy, RandomPolicy
+    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.evaluation.step_match import step_match, teacher_steps
 
     catalog, problems = heldout_arena
     assert {p.category for p in problems} == {"Product", "Shop", "Voucher"}
@@ -221,9 +220,9 @@ def test_step_match_scores_the_teacher_one_and_the_floor_lower(heldout_arena):
 
 
 def test_step_match_drives_a_checkpoint(heldout_arena, tmp_path):
-    from shopdistill_assets.eval.hf_policy import checkpoint_policy
-    from shopdistill_assets.eval.step_match import step_match, teacher_steps
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.agent.hf_policy import checkpoint_policy
+    from shopdistill_assets.evaluation.step_match import step_match, teacher_steps
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     catalog, problems = heldout_arena
     few = problems[:2]
@@ -236,8 +235,8 @@ def test_step_match_drives_a_checkpoint(heldout_arena, tmp_path):
 
 
 def test_report_renders_step_match_and_asr_intervals(tmp_path):
-    from shopdistill_assets.core import distill_report
-    from shopdistill_assets.eval.metrics import wilson_interval
+    from shopdistill_assets.agent.metrics import wilson_interval
+    from shopdistill_assets.evaluation import distill_report
 
     def summary(asr):
         return {"asr": asr, "pass_at_1": asr, "pass_at_k": {"1": asr, "8": asr}, "counts": {"problems": 30},
@@ -259,7 +258,7 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
 
 
 def test_identity_tokens_make_a_copied_word_the_same_tokens():
-    from shopdistill_assets.eval.tiny_model import build_arena_tokenizer, loss_copy_share, render_conversations
+    from shopdistill_assets.training.tiny_model import build_arena_tokenizer, loss_copy_share, render_conversations
 
     call = {"id": "c1", "type": "function", "function": {"name": "find_product",
                                                          "arguments": '{"q":"logitech waist bag","page":1}'}}

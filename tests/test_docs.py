@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from shopdistill_assets.core.reasons import REASONS, reasons_markdown
+from shopdistill_assets.corpus.reasons import REASONS, reasons_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 import pytest
 
-from shopdistill_assets.eval import (
+from shopdistill_assets.agent import (
     OraclePolicy,
     RandomPolicy,
     RolloutConfig,
@@ -28,10 +28,10 @@ from shopdistill_assets.eval import (
     reasoning_coefficient,
     serve,
 )
-from shopdistill_assets.eval.hf_policy import parse_completion
-from shopdistill_assets.eval.judge import ReasoningJudge
-from shopdistill_assets.eval.policies import assistant_message, tool_history
-from shopdistill_assets.eval.toy_world import toy_world
+from shopdistill_assets.agent.hf_policy import parse_completion
+from shopdistill_assets.agent.judge import ReasoningJudge
+from shopdistill_assets.agent.policies import assistant_message, tool_history
+from shopdistill_assets.sim.toy_world import toy_world
 
 FAST = {"request_timeout_s": 1.0, "retries": 1, "backoff_s": 0.05, "episode_time_limit_s": 10.0}
 
@@ -124,7 +124,7 @@ def test_metrics_table_and_plot(baselines, tmp_path):
 def test_search_grounding_reads_only_well_formed_searches():
     from types import SimpleNamespace
 
-    from shopdistill_assets.eval.metrics import search_grounding
+    from shopdistill_assets.agent.metrics import search_grounding
 
     def call(name, arguments):
         return {"type": "function", "function": {"name": name, "arguments": arguments}}
@@ -372,8 +372,8 @@ def test_parse_completion(text, names, reasoning):
 
 
 def test_tiny_model_served_end_to_end(world, tmp_path_factory):
-    from shopdistill_assets.eval.hf_policy import HFPolicy
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.agent.hf_policy import HFPolicy
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     catalog, problems = world
     path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen3-tiny")

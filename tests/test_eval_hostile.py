@@ -18,11 +18,12 @@ import time
 
 import pytest
 
-from shopdistill_assets.eval import OraclePolicy, RolloutConfig, evaluate, serve
-from shopdistill_assets.eval.policies import tool_history
-from shopdistill_assets.eval.toy_world import toy_world
+from shopdistill_assets.agent import OraclePolicy, RolloutConfig, evaluate, serve
+from shopdistill_assets.agent.policies import tool_history
 from shopdistill_assets.sandbox import Problem, Sandbox
-from shopdistill_assets.sandbox.safe_math import UnsafeExpression, evaluate as safe_eval
+from shopdistill_assets.sandbox.safe_math import UnsafeExpression
+from shopdistill_assets.sandbox.safe_math import evaluate as safe_eval
+from shopdistill_assets.sim.toy_world import toy_world
 
 FAST = {"request_timeout_s": 2.0, "retries": 1, "backoff_s": 0.05, "episode_time_limit_s": 20.0}
 
@@ -194,7 +195,7 @@ def test_hostile_tool_calls_end_as_tool_errors_or_scored_failures(world):
 
 
 def test_the_cli_prints_its_json_on_hostile_tool_calls(world, tmp_path, capsys):
-    from shopdistill_assets.cli import main
+    from shopdistill_assets.cli.main import main
     from shopdistill_assets.sandbox import write_catalog, write_suite
 
     catalog, problems = world
@@ -298,7 +299,7 @@ def test_episode_deadline_cuts_a_dripping_request(world, dripping):
 
 
 def test_the_cli_deadline_flags_bound_a_dripping_endpoint(world, dripping, tmp_path, capsys):
-    from shopdistill_assets.cli import main
+    from shopdistill_assets.cli.main import main
     from shopdistill_assets.sandbox import write_catalog, write_suite
 
     catalog, problems = world

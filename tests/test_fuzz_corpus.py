@@ -22,12 +22,12 @@ import pyarrow.parquet as pq
 import zstandard
 
 from resources.firehose import FirehoseResource
-from shopdistill_assets.core import corpus_parts as parts
-from shopdistill_assets.core.decide import DecideConfig, decide_line
-from shopdistill_assets.core.dialects.shapes import ProblemRun
-from shopdistill_assets.core.lines import LineReader
-from shopdistill_assets.core.normalize import normalize_record, parse_line
-from shopdistill_assets.core.reasons import REASONS, Rejection
+from shopdistill_assets.corpus import corpus_parts as parts
+from shopdistill_assets.corpus.decide import DecideConfig, decide_line
+from shopdistill_assets.corpus.dialects.shapes import ProblemRun
+from shopdistill_assets.corpus.lines import LineReader
+from shopdistill_assets.corpus.normalize import normalize_record, parse_line
+from shopdistill_assets.corpus.reasons import REASONS, Rejection
 from shopdistill_assets.sim import ArenaConfig, simulate
 
 DAY = "2026-11-02"

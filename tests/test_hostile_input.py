@@ -25,11 +25,11 @@ from conftest import real_sample_lines
 
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
-from shopdistill_assets.core.dialects import MAX_QUERY_CHARS, MAX_STEPS, MAX_TOOL_CALLS
-from shopdistill_assets.core.dialects.dialogue import _Dialogue
-from shopdistill_assets.core.normalize import normalize_record
-from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.corpus.dialects import MAX_QUERY_CHARS, MAX_STEPS, MAX_TOOL_CALLS
+from shopdistill_assets.corpus.dialects.dialogue import _Dialogue
+from shopdistill_assets.corpus.normalize import normalize_record
+from shopdistill_assets.ingest.assets import raw_firehose
 
 DAY = "2026-11-30"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -152,8 +152,8 @@ def _gzip_stream(path: Path, pieces) -> None:
 
 def test_an_oversize_line_is_never_held_in_memory(tmp_path):
     """A 50 MB query (and a 120 MB line) is counted past the limit, never materialized."""
-    from shopdistill_assets.core.corpus_parts import oversize_ledger_row
-    from shopdistill_assets.core.lines import LineReader, OversizeLine
+    from shopdistill_assets.corpus.corpus_parts import oversize_ledger_row
+    from shopdistill_assets.corpus.lines import LineReader, OversizeLine
 
     def read_units(name, chunks, day):  # a line's number, or an oversize line's ledger row
         reader = LineReader(chunks)
@@ -184,8 +184,8 @@ def test_an_oversize_line_is_never_held_in_memory(tmp_path):
 
 def test_rejected_lines_are_streamed_to_the_ledger_not_held(tmp_path):
     """2,000 rejected lines of 60 KB (120 MB of raw text kept in the ledger): bounded memory."""
-    from shopdistill_assets.core import corpus_parts as parts
-    from shopdistill_assets.core.decide import DecideConfig
+    from shopdistill_assets.corpus import corpus_parts as parts
+    from shopdistill_assets.corpus.decide import DecideConfig
 
     path = tmp_path / "junk.jsonl.gz"
     _gzip_stream(path, (b"%06d" % i + b"!" * 60_000 + b"\n" for i in range(2000)))
@@ -294,8 +294,8 @@ def test_a_huge_query_is_not_kept_in_subtask_traces():
 
 
 def test_latest_upload_wins_by_one_rule_everywhere(tmp_path):
-    from shopdistill_assets.core.normalize import dedupe_within_day, iter_records
-    from shopdistill_assets.core.snapshots import latest_per_trace
+    from shopdistill_assets.corpus.normalize import dedupe_within_day, iter_records
+    from shopdistill_assets.split.snapshots import latest_per_trace
 
     rec = primary_record()
     lines = [("a.jsonl", 1, orjson.dumps({**rec, "updated_at": "2026-11-30T10:00:00.500000Z"})),
@@ -309,11 +309,11 @@ def test_latest_upload_wins_by_one_rule_everywhere(tmp_path):
                           "source_file": [k[2] for k in keys], "source_line": [k[3] for k in keys]})
     assert latest_per_trace(frame)["source_file"].to_list() == ["a.jsonl"]  # the train snapshot's choice
 
-    from shopdistill_assets.core import corpus_parts
+    from shopdistill_assets.corpus import corpus_parts
 
     for name, line in (("a.jsonl", lines[0][2]), ("b.jsonl", lines[1][2])):
         (tmp_path / name).write_bytes(line + b"\n")
-    from shopdistill_assets.core.decide import DecideConfig
+    from shopdistill_assets.corpus.decide import DecideConfig
 
     staged = [corpus_parts.stage_file(n, [(tmp_path / n).read_bytes()], DAY, DecideConfig(), tmp_path / f"{n}.arrow")
               for n in ("a.jsonl", "b.jsonl")]

@@ -18,7 +18,7 @@ import zstandard
 from resources.firehose import FirehoseDayMissing, FirehoseResource
 from resources.lake import LakePartMissing, LakeResource
 from resources.s3 import parse_s3_uri
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.ingest.assets import raw_firehose
 
 
 def expected_day_version(stored: dict[str, bytes]) -> str:

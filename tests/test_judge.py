@@ -17,8 +17,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from shopdistill_assets.eval import OraclePolicy, RolloutConfig, evaluate, serve
-from shopdistill_assets.eval.judge import (
+from shopdistill_assets.agent import OraclePolicy, RolloutConfig, evaluate, serve
+from shopdistill_assets.agent.judge import (
     MAX_TOKENS,
     RUBRIC,
     ReasoningJudge,
@@ -29,7 +29,7 @@ from shopdistill_assets.eval.judge import (
     parse_judgement,
     reasoning_coefficient,
 )
-from shopdistill_assets.eval.toy_world import toy_world
+from shopdistill_assets.sim.toy_world import toy_world
 
 
 def answer(q, why="Gate 4 failed: one pick") -> str:

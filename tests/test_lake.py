@@ -21,10 +21,10 @@ from pathlib import Path
 
 import boto3
 import duckdb
-import polars as pl
-
 import lake_stress
+import polars as pl
 from lake_stress import ASSET, DAY, ROWS_PER_PART, verdict, write_version
+
 from resources.lake import LakeResource
 
 STRESS = Path(lake_stress.__file__)
@@ -267,7 +267,7 @@ def _pq(table: pl.DataFrame) -> bytes:
 
 
 def test_a_training_job_lists_the_snapshot_version_it_is_given(moto_s3, tmp_path):
-    from shopdistill_assets.train.common import dataset_files
+    from shopdistill_assets.training.stages.common import dataset_files
 
     lake = _s3_lake(moto_s3)
     table = lake_stress.version_table("s.0.p1", 0)

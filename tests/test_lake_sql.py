@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from resources.lake import LakeResource
-from shopdistill_assets.core.reasons import REASONS
-from shopdistill_assets.funnel import funnel_metadata
-from shopdistill_assets.lake_sql import connect
+from shopdistill_assets.corpus.funnel import funnel_metadata
+from shopdistill_assets.corpus.lake_sql import connect
+from shopdistill_assets.corpus.reasons import REASONS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 CLI = str(Path(sys.executable).with_name("shopdistill"))

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shoppingbench_queries
 import xxhash
+from conftest import shoppingbench_queries
 from datasketch import MinHash, MinHashLSH
 
 from shopdistill_assets.core.canonical import CanonConfig, canonical_tokens, canonical_version
-from shopdistill_assets.core.decontaminate import PublicQuery, PublicTestSet, match_counts
-from shopdistill_assets.core.leak_clusters import (
+from shopdistill_assets.split.decontaminate import PublicQuery, PublicTestSet, match_counts
+from shopdistill_assets.split.leak_clusters import (
     BandIndex,
     LeakConfig,
     LeakIndex,

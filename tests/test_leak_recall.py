@@ -20,7 +20,7 @@ import pytest
 from conftest import shoppingbench_queries
 
 from shopdistill_assets.core.canonical import canonical_tokens
-from shopdistill_assets.core.leak_clusters import LeakIndex, ProblemRef
+from shopdistill_assets.split.leak_clusters import LeakIndex, ProblemRef
 
 SB_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "shoppingbench"
 
@@ -326,7 +326,7 @@ def test_a_state_saved_by_another_canonicalizer_version_is_replayed_from_the_fir
     """canon-v3 reads constraints differently from canon-v2: a day-1 state saved by v2 must not be
     built on; day 2 replays from day 1 and ends exactly where a fresh replay does."""
     import shopdistill_assets.core.canonical as canonical
-    from shopdistill_assets.core.leak_replay import LeakState, build_state
+    from shopdistill_assets.split.leak_replay import LeakState, build_state
 
     rng = random.Random(3)
     latents = latent_problems(40, seed=9)

@@ -12,14 +12,14 @@ from pathlib import Path
 import dagster as dg
 import orjson
 import pytest
-
 from oro_standin import StandIn, World, conformance_world, world_from_problem_runs
+
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.oro_api import OroApiResource
-from shopdistill_assets.oro_client import OroApi, RetryPolicy, build_sdk_client
-from shopdistill_assets.oro_day import DAY_FILE, IngestConfig, _race_touches, dialogue_of, land_day, utc_day
-from shopdistill_assets.oro_store import Store
+from resources.oro_client import OroApi, RetryPolicy, build_sdk_client
+from shopdistill_assets.ingest.oro_day import DAY_FILE, IngestConfig, _race_touches, dialogue_of, land_day, utc_day
+from shopdistill_assets.ingest.oro_store import Store
 
 DAY = "2026-11-20"
 CORPUS = ["raw_firehose", "normalized_traces", "agentic_traces", "subtask_traces", "gated_traces", "rejected_traces"]
@@ -59,7 +59,7 @@ def oro(server: StandIn, **settings) -> OroApiResource:
 
 
 def materialize(names: list[str], oro_api: OroApiResource, firehose: Path, lake: Path, instance=None):
-    from shopdistill_assets.runner import _selected
+    from shopdistill_assets.cli.runner import _selected
 
     return dg.materialize(_selected(names), partition_key=DAY, selection=[dg.AssetKey(n) for n in names],
                           resources={"oro_api": oro_api, "firehose": FirehoseResource(root=str(firehose)),
@@ -264,7 +264,7 @@ def test_retry_after_is_honoured_and_5xx_back_off(sim_records, standin):
     server = standin(world)
     waits: list[float] = []
     api = OroApi(build_sdk_client(server.url, None, 10), RetryPolicy(base_delay_s=0.25), sleep=waits.append)
-    from shopdistill_assets.oro_day import leaderboard_agent_versions
+    from shopdistill_assets.ingest.oro_day import leaderboard_agent_versions
 
     assert leaderboard_agent_versions(api, IngestConfig()) == set()  # the one version races
     assert waits[0] == 7.0 and 0 <= waits[1] <= 0.5  # Retry-After, then jittered 0.25 * 2**1
@@ -324,8 +324,8 @@ def test_retries_give_up_with_a_one_line_error(sim_records, standin, tmp_path):
 
 
 def test_an_answer_not_in_the_sdk_shape_is_a_one_line_error(sim_records, standin):
-    from shopdistill_assets.oro_client import OroApiError
-    from shopdistill_assets.oro_day import race_agent_versions
+    from resources.oro_client import OroApiError
+    from shopdistill_assets.ingest.oro_day import race_agent_versions
 
     records, _ = sim_records
     world = world_from_problem_runs(records[:1], DAY)
@@ -413,7 +413,7 @@ def test_each_conformance_upload_gets_its_expected_fate(conformance_day, line):
 
 
 def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, monkeypatch):
-    from shopdistill_assets import cli
+    from shopdistill_assets.cli import cli
 
     records, _ = sim_records
     server = standin(world_from_problem_runs(records[:8], DAY))
@@ -440,7 +440,7 @@ def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, mon
 def test_an_s3_firehose_gets_the_day_file_and_the_landing_zone(sim_records, standin, moto_s3, tmp_path):
     import boto3
 
-    from shopdistill_assets.runner import _selected
+    from shopdistill_assets.cli.runner import _selected
 
     records, _ = sim_records
     server = standin(world_from_problem_runs(records[:4], DAY))
@@ -478,7 +478,7 @@ def test_the_sensors_pick_the_day_up(sim_records, standin, tmp_path):
     import datetime as dt
 
     from jobs.firehose_days import scan_days
-    from shopdistill_assets.oro_ingest import RECHECK_DAYS, oro_api_day_sensor
+    from shopdistill_assets.ingest.oro_assets import RECHECK_DAYS, oro_api_day_sensor
 
     records, _ = sim_records
     server = standin(world_from_problem_runs(records[:3], DAY))

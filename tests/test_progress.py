@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from shopdistill_assets.progress import Progress
+from shopdistill_assets.cli.progress import Progress
 
 CLI = str(Path(sys.executable).with_name("shopdistill"))
 

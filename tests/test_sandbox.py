@@ -320,7 +320,7 @@ def test_suites_split_lines_on_newline_only(tmp_path):
 
 
 def test_the_real_shoppingbench_folder_loads(shared_dir):
-    from shopdistill_assets.heldout import load_problems
+    from shopdistill_assets.split.heldout import load_problems
 
     problems = load_problems(shared_dir / "data/shoppingbench")
     assert Counter(p.category for p in problems) == {"Product": 250, "Shop": 250, "Voucher": 250, "Web": 150}
@@ -331,7 +331,7 @@ def test_the_real_shoppingbench_folder_loads(shared_dir):
 
 def test_web_problems_survive_the_held_out_rows(catalog):
     """The held-out set stores a problem as its reward: the key attribute rides on the reward item."""
-    from shopdistill_assets.heldout import problems_to_rows, rows_to_problems
+    from shopdistill_assets.split.heldout import problems_to_rows, rows_to_problems
 
     again = rows_to_problems(problems_to_rows([web_problem()]))[0]
     assert (again.category, again.key_attribute, again.reward) == ("Web", "stainless", web_problem().reward)

@@ -161,9 +161,9 @@ def test_problems_are_learnable_from_what_they_state(arena):
     """Every product that satisfies what a request states passes its reward checks (no hidden
     criterion), and the fair policy, which reads only the request and the tool results, solves
     nearly all of them: the arena's learnability ceiling."""
-    from shopdistill_assets.eval.policies import FairPolicy
-    from shopdistill_assets.eval.rollout import RolloutConfig, evaluate
-    from shopdistill_assets.eval.server import serve
+    from shopdistill_assets.agent.policies import FairPolicy
+    from shopdistill_assets.agent.rollout import RolloutConfig, evaluate
+    from shopdistill_assets.agent.server import serve
     from shopdistill_assets.sim.arena import build_world
     from shopdistill_assets.sim.problems_gen import states
 

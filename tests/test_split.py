@@ -22,13 +22,11 @@ import pytest
 from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from shopdistill_assets.core.canonical import canonical_tokens, text_key
-from shopdistill_assets.core.leak_clusters import LeakConfig, LeakIndex, ProblemRef, jaccard
-from shopdistill_assets.corpus import CORPUS_ASSETS, CORPUS_CHECKS
-from shopdistill_assets.heldout import load_problems
-from shopdistill_assets.ingest import raw_firehose
+from shopdistill_assets.corpus.assets import CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.ingest.assets import raw_firehose
 from shopdistill_assets.sandbox import Problem, load_catalog, load_suite, score_recommendation, write_suite
 from shopdistill_assets.sim import ArenaConfig, simulate
-from shopdistill_assets.split import (
+from shopdistill_assets.split.assets import (
     heldout_eval_set,
     largest_cluster_share,
     leak_clusters,
@@ -36,6 +34,8 @@ from shopdistill_assets.split import (
     split_traces,
     train_corpus,
 )
+from shopdistill_assets.split.heldout import load_problems
+from shopdistill_assets.split.leak_clusters import LeakConfig, LeakIndex, ProblemRef, jaccard
 
 START = date(2026, 11, 2)
 DAYS = [(START + timedelta(days=d)).isoformat() for d in range(4)]
@@ -335,8 +335,8 @@ def test_a_heldout_cluster_linked_to_train_is_merged_logged_and_moved(arena, tmp
 def test_a_merge_that_moves_a_heldout_problem_flags_its_evaluation_stale(arena, tmp_path, monkeypatch):
     """The firehose knows problem a as `merge-heldout-…`, the suite with its ground truth by
     another id: one identity rule must still tie the evaluation to the leak clusters."""
-    from shopdistill_assets.evaluation import not_stale, policy_eval, policy_partitions
-    from shopdistill_assets.policies_registry import PolicySpec, register
+    from shopdistill_assets.agent.policies_registry import PolicySpec, register
+    from shopdistill_assets.evaluation.assets import not_stale, policy_eval, policy_partitions
 
     monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path / "home"))
     queries = {"a": f"{LAMP}, {PART_A}", "b": f"{LAMP}, {PART_B}", "c": f"{LAMP}, {PART_A}, {PART_B}"}

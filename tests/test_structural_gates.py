@@ -10,15 +10,27 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shopdistill_assets.core.dialects import ROLLOUT
-from shopdistill_assets.core.gates import (
-    GateConfig, argument_error, format_gate, parse_product_ids, reasoning_gate, trace_tokens,
-)
-from shopdistill_assets.core.normalize import iter_records, ledger_row_for_trace
-from shopdistill_assets.core.decide import DecideConfig, decide_line
-from shopdistill_assets.core.reasons import REASON_STAGE, REASONS, Reason, reason_table, reasons_markdown, trace_checks
-from shopdistill_assets.core.structural import StructuralConfig, classify
 from shopdistill_assets.core.tokens import count_tokens, estimate_tokens
+from shopdistill_assets.corpus.decide import DecideConfig, decide_line
+from shopdistill_assets.corpus.dialects import ROLLOUT
+from shopdistill_assets.corpus.gates import (
+    GateConfig,
+    argument_error,
+    format_gate,
+    parse_product_ids,
+    reasoning_gate,
+    trace_tokens,
+)
+from shopdistill_assets.corpus.normalize import iter_records, ledger_row_for_trace
+from shopdistill_assets.corpus.reasons import (
+    REASON_STAGE,
+    REASONS,
+    Reason,
+    reason_table,
+    reasons_markdown,
+    trace_checks,
+)
+from shopdistill_assets.corpus.structural import StructuralConfig, classify
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 DAY = "2026-11-30"

@@ -10,17 +10,18 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from shopdistill_assets.core.checkpoint_store import (
+from resources.checkpoint_store import (
     LINEAGE_FILE,
     CheckpointNotFound,
     CheckpointStore,
     content_sha256,
 )
-from shopdistill_assets.core.lineage import chain, merge_files, model_card, uses_of_day
-from shopdistill_assets.core.train_side import not_train_side, problem_sides
-from shopdistill_assets.train import rows
-from shopdistill_assets.train.kto import class_weights
-from shopdistill_assets.train.rewards import completion_calls, format_score, tool_match_score
+from shopdistill_assets.corpus.messages import with_structured_messages
+from shopdistill_assets.split.train_side import not_train_side, problem_sides
+from shopdistill_assets.training.lineage import chain, merge_files, model_card, uses_of_day
+from shopdistill_assets.training.stages import rows
+from shopdistill_assets.training.stages.kto import class_weights
+from shopdistill_assets.training.stages.rewards import completion_calls, format_score, tool_match_score
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "find_product", "arguments": '{"q":"kettle","page":1}'}}
 TRACE = {
@@ -71,7 +72,7 @@ def test_kto_and_grpo_rows_cut_trajectories_at_assistant_turns():
 
 def test_with_structured_messages_keeps_every_other_column():
     table = pa.table({"trace_id": ["t1"], "messages": [TRACE["messages"]], "tools": [TRACE["tools"]]})
-    out = rows.with_structured_messages(table)
+    out = with_structured_messages(table)
     assert out.column_names == table.column_names and out.schema.field("messages").type == rows.MESSAGES_TYPE
 
 
@@ -110,8 +111,8 @@ def test_tool_match_score_rewards_name_then_keys_then_values():
 
 
 def test_shopping_environment_scores_the_policys_own_recommendation():
-    from shopdistill_assets.eval.toy_world import toy_world
-    from shopdistill_assets.train.rewards import ShoppingEnvironment
+    from shopdistill_assets.sim.toy_world import toy_world
+    from shopdistill_assets.training.stages.rewards import ShoppingEnvironment
 
     catalog, problems = toy_world(seed=3, n_problems=3)
     problem = problems[0]
@@ -263,7 +264,8 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
     is built with dagster-k8s's own builder and the kubernetes models (no cluster)."""
     from dagster_k8s.pipes import build_pod_body
 
-    from resources.launcher import deepspeed_config, launcher_from_env
+    from resources.launcher import deepspeed_config
+    from shopdistill_assets.training.launch import launcher_from_env
 
     assert launcher_from_env({}).kind == "local"
     launcher = launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": HELM_POD_SPEC, "SHOPDISTILL_TRAIN_IMAGE": "train:abc",
@@ -272,7 +274,7 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
                                                                                            True)
     spec, command = launcher.pod("sft.py", "s3://models/ckpt/.runs/sft/r1/r1.yaml")
     assert command == ["deepspeed", "--num_gpus", "8", "--num_nodes", "1", "--master_port", "29500",
-                       "/app/shopdistill_assets/train/sft.py", "--config", "s3://models/ckpt/.runs/sft/r1/r1.yaml"]
+                       "/app/shopdistill_assets/training/stages/sft.py", "--config", "s3://models/ckpt/.runs/sft/r1/r1.yaml"]
     pod = build_pod_body("train-1", launcher.image, command, {"DAGSTER_PIPES_CONTEXT": "x"}, None, spec)
     container = pod.spec.containers[0]
     assert pod.spec.restart_policy == "Never" and container.image == "train:abc" and container.command == command
@@ -301,9 +303,9 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
 
 
 def test_one_stage_registry_names_script_config_and_dataset():
-    from shopdistill_assets.train import METHODS, STAGES
+    from shopdistill_assets.training.stages import METHODS, STAGES
 
-    train_dir = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train"
+    train_dir = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages"
     for stage in STAGES.values():
         assert (train_dir / stage.script).is_file() and stage.config_class.endswith("Config")
     assert {s.method for s in STAGES.values()} == set(METHODS)
@@ -337,10 +339,10 @@ def test_a_local_job_builds_deepspeed_ops_in_its_own_environment(monkeypatch):
 
 
 def test_the_length_rule_is_the_format_gates():
-    from shopdistill_assets.core.gates import GateConfig
-    from shopdistill_assets.train.common import MAX_TOKENS, StageArgs
-    from shopdistill_assets.train.sft import DEFAULTS as SFT
-    from shopdistill_assets.train.kto import DEFAULTS as KTO
+    from shopdistill_assets.corpus.gates import GateConfig
+    from shopdistill_assets.training.stages.common import MAX_TOKENS, StageArgs
+    from shopdistill_assets.training.stages.kto import DEFAULTS as KTO
+    from shopdistill_assets.training.stages.sft import DEFAULTS as SFT
 
     assert MAX_TOKENS == GateConfig.max_tokens == 14336
     assert SFT["max_length"] == KTO["max_length"] == StageArgs().max_tokens == MAX_TOKENS
@@ -349,7 +351,7 @@ def test_the_length_rule_is_the_format_gates():
 def test_sft_rows_over_the_limit_are_dropped_or_keep_their_end():
     from datasets import Dataset
 
-    from shopdistill_assets.train.sft import fit_length
+    from shopdistill_assets.training.stages.sft import fit_length
 
     rows = Dataset.from_dict({"input_ids": [[1, 2, 3], list(range(10, 20))],
                               "assistant_masks": [[0, 1, 1], [0] * 6 + [1] * 4]})
@@ -365,7 +367,7 @@ def test_sft_rows_over_the_limit_are_dropped_or_keep_their_end():
 def test_kto_shuffle_mixes_the_labels_of_every_batch():
     import random
 
-    from shopdistill_assets.train.kto import label_mix
+    from shopdistill_assets.training.stages.kto import label_mix
 
     as_written = [True] * 154 + [False] * 154  # one label block at a time, as kto_dataset writes
     assert label_mix(as_written, 8)["batches_with_both_labels"] == 1  # only the batch across the boundary
@@ -376,7 +378,7 @@ def test_kto_shuffle_mixes_the_labels_of_every_batch():
 
 
 def test_completion_budget_follows_the_teachers_turns():
-    from shopdistill_assets.train.dr_grpo import completion_budget
+    from shopdistill_assets.training.stages.dr_grpo import completion_budget
 
     turns = [100] * 90 + [400] * 10
     assert completion_budget(turns, 0.95, 14336) == 512  # 400 * 1.25 -> 512 (multiples of 32)
@@ -385,7 +387,7 @@ def test_completion_budget_follows_the_teachers_turns():
 
 
 def test_flops_per_token_counts_attention():
-    from shopdistill_assets.train.common import flops_per_token
+    from shopdistill_assets.training.stages.common import flops_per_token
 
     n = 4_022_468_096  # Qwen3-4B
     assert flops_per_token(n, 36, 2560, 0) == 6 * n
@@ -394,10 +396,11 @@ def test_flops_per_token_counts_attention():
 
 
 def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
-    from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
-    from shopdistill_assets.train.dr_grpo import render_prompt
     from transformers import AutoTokenizer
+
+    from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
+    from shopdistill_assets.training.stages.dr_grpo import render_prompt
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
     tools = json.dumps(list(TOOL_SCHEMAS.values()) if isinstance(TOOL_SCHEMAS, dict) else TOOL_SCHEMAS)
@@ -413,7 +416,7 @@ def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
 def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
     import base64
 
-    from shopdistill_assets.core.training_report import curve_markdown, png_markdown, stages_figure, stages_table
+    from shopdistill_assets.training.report import curve_markdown, png_markdown, stages_figure, stages_table
 
     def row(policy, asr, problems=30, samples=4):
         return {"policy": policy, "checkpoint": "", "asr": asr, "pass_at_1": asr, "pass_at_k": {"4": asr},
@@ -440,10 +443,10 @@ def test_the_checkpoint_carries_the_template_it_was_trained_with(tmp_path):
 
     import trl
     from transformers import AutoTokenizer
-
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
-    from shopdistill_assets.train.common import adopt_training_template
     from trl.chat_template_utils import get_training_chat_template
+
+    from shopdistill_assets.training.stages.common import adopt_training_template
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
     tokenizer.chat_template = (P(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()

@@ -27,8 +27,7 @@ from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.launcher import TrainingLauncher
 from shopdistill_assets.sim import ArenaConfig, simulate
-from shopdistill_assets.train import STAGE_ORDER, STAGES
-
+from shopdistill_assets.training.stages import STAGE_ORDER, STAGES
 
 START = date(2026, 11, 5)
 DAYS = [(START + timedelta(days=d)).isoformat() for d in range(2)]
@@ -96,7 +95,7 @@ class Trained:
 def make_resources(root: Path, checkpoints: Path) -> dict:
     return {"firehose": FirehoseResource(root=str(root / "firehose")), "lake": LakeResource(root=str(root / "lake")),
             "checkpoints": CheckpointStoreResource(root=str(checkpoints)),
-            "launcher": TrainingLauncher(deepspeed_config="zero2", echo_output=False)}
+            "launcher": TrainingLauncher(deepspeed_config="zero2", echo_output=False, work_dir=str(root / "train-runs"))}
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +297,7 @@ def test_unfiltered_corpus_and_the_outcome_filter_for_the_ablation(trained):
 def test_rollouts_episode_deadline_is_configurable(trained):
     """The rollouts' per-episode deadline (ORO's 300 s by default) is a config field: a benchmark
     serving a checkpoint on a loaded CPU raises it; one too short fails every episode by timeout."""
-    from shopdistill_assets.training_data import RolloutsConfig
+    from shopdistill_assets.training.data_assets import RolloutsConfig
 
     assert RolloutsConfig().episode_time_limit_s == 300.0
     result = run(["teacher_rollouts"], trained.resources, trained.instance,
@@ -316,7 +315,7 @@ def _sft_snapshot(folder: Path, n: int) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shopdistill_assets.train import rows
+    from shopdistill_assets.training.stages import rows
 
     tools = json.dumps([{"type": "function", "function": {"name": "find_product", "parameters": {}}}])
     traces = []
@@ -346,8 +345,8 @@ def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_p
     import boto3
     import yaml
 
-    from shopdistill_assets.core.checkpoint_store import CheckpointStore
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from resources.checkpoint_store import CheckpointStore
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     s3 = boto3.client("s3", endpoint_url=moto_s3)
     for bucket in ("lake", "models"):
@@ -364,7 +363,7 @@ def test_a_stage_runs_from_s3_uris_alone_and_resumes_after_a_kill(moto_s3, tmp_p
               "state_uri": state, "max_steps": 400,
               "save_steps": 2, "max_length": 2048, "learning_rate": 1e-3}
     config_uri = store.put_text(store.run_uri("resft", "run1", "run1.yaml"), yaml.safe_dump(config))
-    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"),
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages" / "sft.py"),
               "--config", config_uri]
     env = {**os.environ, "SHOPDISTILL_S3_ENDPOINT_URL": moto_s3}
     pod = subprocess.Popen(script, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -408,14 +407,14 @@ def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
     model, so the next stage and serving load it like any other; lineage records the LoRA values."""
     from transformers import AutoModelForCausalLM
 
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     base = build_tiny_model(tmp_path / "base")
     config = tmp_path / "stage.yaml"
     config.write_text(json.dumps({"stage": "sft", "model_name_or_path": str(base), "output_dir": str(tmp_path / "out"),
                                   "dataset": str(_sft_snapshot(tmp_path / "snapshot", 4)), "max_steps": 2,
                                   "learning_rate": 1e-2, "report_to": [], "lineage": {"days": []}}))
-    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "train" / "sft.py"
+    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages" / "sft.py"
     done = subprocess.run([sys.executable, str(script), "--config", str(config), "--use_peft", "--lora_r", "4",
                            "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
@@ -438,7 +437,7 @@ TWO_RANKS = '''
 import sys
 import deepspeed, torch
 from transformers import AutoModelForCausalLM
-from shopdistill_assets.train.common import model_params, rank, reporting
+from shopdistill_assets.training.stages.common import model_params, rank, reporting
 deepspeed.init_distributed(dist_backend="gloo")
 ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
@@ -467,7 +466,7 @@ def test_two_ranks_on_cpu_report_from_rank_0_and_gather_the_weights(tmp_path):
 
     from transformers import AutoModelForCausalLM
 
-    from shopdistill_assets.eval.tiny_model import build_tiny_model
+    from shopdistill_assets.training.tiny_model import build_tiny_model
 
     base = build_tiny_model(tmp_path / "base")
     total = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(base).parameters())

@@ -23,8 +23,9 @@ def main() -> int:
     from dagster_k8s.pipes import build_pod_body
     from kubernetes.client import ApiClient
 
-    from resources.launcher import deepspeed_config, launcher_from_env
-    from shopdistill_assets.train import STAGES
+    from resources.launcher import deepspeed_config
+    from shopdistill_assets.training.launch import launcher_from_env
+    from shopdistill_assets.training.stages import STAGES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", default="sft", choices=list(STAGES))

@@ -1,1 +1,1 @@
-"""Plain-Python corpus core: dialects, normalization, structural filter, gates, reasons (no Dagster)."""
+"""The shared vocabulary every part uses: problem identity and canonical text, days, recency, tokens."""

@@ -9,7 +9,7 @@ check_product_match, find_products_in_same_shop, calculate_voucher) over ORO's s
 lists the parameters without a default there (find_product's `page` defaults to 1, terminate's
 `status` to "success"). A `type` is what the tool takes: catalogue parameters travel as query
 text, so a string parameter also takes a number and `page` a string of digits (see
-core/gates.py); a list of types means the tool takes either. Enums, ranges and patterns tell
+corpus/gates.py); a list of types means the tool takes either. Enums, ranges and patterns tell
 the model what works; the server ignores what it does not understand (an unknown service or
 sort, a page outside 1..5 gives no products), so the format gate does not reject on them.
 """

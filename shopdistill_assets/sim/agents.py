@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from shopdistill_assets.eval import fair
+from shopdistill_assets.agent import fair
 from shopdistill_assets.sandbox import Problem, Sandbox
 from shopdistill_assets.sandbox.scorer import check_item
 from shopdistill_assets.sandbox.similarity import LexicalTitleSimilarity

@@ -7,7 +7,7 @@ import sys
 from types import SimpleNamespace
 
 from resources.lake import LakeResource
-from shopdistill_assets.eval.metrics import search_grounding
+from shopdistill_assets.agent.metrics import search_grounding
 
 lake = LakeResource(root=sys.argv[1])
 order = ["fair", "base", "sft_unfiltered", "sft", "resft", "teacher_sft", "kto", "dr_grpo"]

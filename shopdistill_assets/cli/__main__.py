@@ -1,0 +1,7 @@
+"""`python -m shopdistill_assets.cli`: the `shopdistill` command."""
+
+import sys
+
+from shopdistill_assets.cli.main import main
+
+sys.exit(main())
