@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     from shopdistill_assets.agent.policies_registry import PolicySpec, register
-    from shopdistill_assets.cli.main import CORPUS_ASSETS
+    from shopdistill_assets.cli.commands import CORPUS_ASSETS
     from shopdistill_assets.cli.runner import materialize_days, materialize_policies, materialize_unpartitioned
     from shopdistill_assets.sim import ArenaConfig, simulate
 

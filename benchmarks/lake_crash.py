@@ -33,7 +33,7 @@ import lake_stress  # noqa: E402
 import polars as pl  # noqa: E402
 
 from resources.lake import LakeResource, parquet_bytes  # noqa: E402
-from shopdistill_assets.cli.main import main as cli  # noqa: E402
+from shopdistill_assets.cli.commands import main as cli  # noqa: E402
 
 DAY = "2026-11-05"
 

@@ -17,7 +17,7 @@ import dagster as dg
 import lake_stress
 
 from resources.lake import LakeResource
-from shopdistill_assets.cli.main import main as cli
+from shopdistill_assets.cli.commands import main as cli
 
 DAY = "2026-11-05"
 KILLS = 3

@@ -195,7 +195,7 @@ def test_hostile_tool_calls_end_as_tool_errors_or_scored_failures(world):
 
 
 def test_the_cli_prints_its_json_on_hostile_tool_calls(world, tmp_path, capsys):
-    from shopdistill_assets.cli.main import main
+    from shopdistill_assets.cli.commands import main
     from shopdistill_assets.sandbox import write_catalog, write_suite
 
     catalog, problems = world
@@ -299,7 +299,7 @@ def test_episode_deadline_cuts_a_dripping_request(world, dripping):
 
 
 def test_the_cli_deadline_flags_bound_a_dripping_endpoint(world, dripping, tmp_path, capsys):
-    from shopdistill_assets.cli.main import main
+    from shopdistill_assets.cli.commands import main
     from shopdistill_assets.sandbox import write_catalog, write_suite
 
     catalog, problems = world

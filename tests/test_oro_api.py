@@ -413,12 +413,12 @@ def test_each_conformance_upload_gets_its_expected_fate(conformance_day, line):
 
 
 def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, monkeypatch):
-    from shopdistill_assets.cli import cli
+    from shopdistill_assets.cli import main as cli_main
 
     records, _ = sim_records
     server = standin(world_from_problem_runs(records[:8], DAY))
     monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path / "home"))
-    code = cli.main(["ingest", "--source", "oro-api", "--day", DAY, "--oro-api-url", server.url,
+    code = cli_main(["ingest", "--source", "oro-api", "--day", DAY, "--oro-api-url", server.url,
                      "--firehose", str(tmp_path / "firehose"), "--lake", str(tmp_path / "lake")])
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -427,13 +427,13 @@ def test_cli_ingest_from_the_oro_api(sim_records, standin, tmp_path, capsys, mon
     assert len(funnel) == 1 and funnel[0].split()[1] == "8"  # 8 lines read, conservation ok
 
     # The folder source reads that same firehose day as it is, with the same funnel.
-    code = cli.main(["ingest", "--source", "folder", "--day", DAY, "--firehose", str(tmp_path / "firehose"),
+    code = cli_main(["ingest", "--source", "folder", "--day", DAY, "--firehose", str(tmp_path / "firehose"),
                      "--lake", str(tmp_path / "lake2")])
     again = [line for line in capsys.readouterr().out.splitlines() if line.startswith(DAY)]
     assert code == 0 and again == funnel
 
     # A folder source given as s3 is refused in one line, before any work.
-    code = cli.main(["ingest", "--source", "s3", "--day", DAY, "--firehose", str(tmp_path / "firehose")])
+    code = cli_main(["ingest", "--source", "s3", "--day", DAY, "--firehose", str(tmp_path / "firehose")])
     assert code == 1 and "wants a s3:// firehose root" in capsys.readouterr().err
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from shopdistill_assets.cli.main import main
+from shopdistill_assets.cli.commands import main
 
 sys.exit(main())
