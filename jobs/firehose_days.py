@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from resources.firehose import FirehoseResource, is_day_file
-from resources.s3 import is_s3_uri, parse_s3_uri
+from resources.s3 import is_s3_uri, list_objects, parse_s3_uri
 
 _DAY_FOLDER = re.compile(r"^day=(\d{4}-\d{2}-\d{2})$")
 
@@ -44,15 +44,13 @@ def _s3_entries(firehose: FirehoseResource) -> dict[str, list[tuple[str, int, st
     bucket, prefix = parse_s3_uri(firehose.root)
     base = f"{prefix}/" if prefix else ""
     days: dict[str, list] = {}
-    pages = firehose.s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
-    for page in pages:
-        for obj in page.get("Contents", []):
-            folder, _, name = obj["Key"][len(base):].partition("/")
-            match = _DAY_FOLDER.match(folder)
-            if match and "/" not in name and is_day_file(name):
-                # LastModified has whole seconds: count the second as a whole (run again, not skip)
-                changed = obj["LastModified"].timestamp() + 1.0 if obj.get("LastModified") else float("inf")
-                days.setdefault(match.group(1), []).append((name, obj["Size"], obj.get("ETag", ""), changed))
+    for obj in list_objects(firehose.s3_client(), bucket, base):
+        folder, _, name = obj["Key"][len(base):].partition("/")
+        match = _DAY_FOLDER.match(folder)
+        if match and "/" not in name and is_day_file(name):
+            # LastModified has whole seconds: count the second as a whole (run again, not skip)
+            changed = obj["LastModified"].timestamp() + 1.0 if obj.get("LastModified") else float("inf")
+            days.setdefault(match.group(1), []).append((name, obj["Size"], obj.get("ETag", ""), changed))
     return days
 
 

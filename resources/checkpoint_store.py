@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resources.s3 import any_object, list_objects, list_prefixes, make_s3_client, parse_s3_uri
+
 LINEAGE_FILE = "lineage.json"
 CARD_FILE = "README.md"
 _NOT_CONTENT = {LINEAGE_FILE, CARD_FILE}
@@ -274,7 +276,7 @@ class CheckpointStore:
         if not self.is_s3:
             return Path(uri).exists()
         bucket, key = self._split(uri)
-        return bool(self._s3().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount"))
+        return any_object(self._s3(), bucket, key)
 
     def children(self, uri: str) -> list[str]:
         """The sub-folder names directly under a URI of this root."""
@@ -293,27 +295,18 @@ class CheckpointStore:
 
     def _s3(self) -> Any:
         if self._client is None:
-            from resources.s3 import make_s3_client
-
             self._client = make_s3_client(endpoint_url=self.endpoint_url)
         return self._client
 
     def _keys(self, bucket: str, prefix: str) -> list[str]:
-        keys = []
-        for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys += [obj["Key"] for obj in page.get("Contents", [])]
-        return keys
+        return [obj["Key"] for obj in list_objects(self._s3(), bucket, prefix)]
 
     def _children(self, sub: str) -> list[str]:
         if not self.is_s3:
             folder = Path(self.root, sub) if sub else Path(self.root)
             return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
         bucket, prefix = self._split(self._uri(sub) if sub else self.root)
-        prefix = f"{prefix}/" if prefix else ""
-        names = set()
-        for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-            names |= {p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])}
-        return sorted(names)
+        return sorted(set(list_prefixes(self._s3(), bucket, f"{prefix}/" if prefix else "")))
 
     def _read_lineage(self, stage: str, version: str) -> dict[str, Any] | None:
         if not _NAME.match(version):
@@ -335,12 +328,9 @@ def fetch(uri: str, dest: Path, endpoint_url: str | None = None) -> Path:
     which shares no folder with the orchestrator, gets its model, catalogue and config."""
     if not uri.startswith("s3://"):
         return Path(uri)
-    from resources.s3 import make_s3_client, parse_s3_uri
-
     bucket, key = parse_s3_uri(uri)
     client = make_s3_client(endpoint_url=endpoint_url)
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/")
-            for o in page.get("Contents", [])]
+    keys = [o["Key"] for o in list_objects(client, bucket, key + "/")]
     if not keys:  # one object
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:

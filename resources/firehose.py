@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import zstandard
 from pydantic import Field
 
-from resources.s3 import S3Access, is_s3_uri, join_key, parse_s3_uri
+from resources.s3 import S3Access, is_s3_uri, join_key, list_objects, parse_s3_uri
 
 # Longest suffix first: ".jsonl" must not claim "x.jsonl.gz".
 COMPRESSION_BY_SUFFIX = ((".jsonl.gz", "gzip"), (".jsonl.zst", "zstd"), (".jsonl", "none"))
@@ -205,16 +205,13 @@ class FirehoseResource(S3Access):
     def _list_s3(self, day: str) -> list[FirehoseFile]:
         bucket, prefix = parse_s3_uri(self.root)
         day_prefix = join_key(prefix, f"day={day}") + "/"
-        paginator = self.s3_client().get_paginator("list_objects_v2")
         files = []
-        for page in paginator.paginate(Bucket=bucket, Prefix=day_prefix):
-            for obj in page.get("Contents", []):
-                name = obj["Key"][len(day_prefix) :]
-                # Only the day folder's own files, as the local glob `day=D/*` would see them.
-                if "/" in name or not is_day_file(name):
-                    continue
-                uri = f"s3://{bucket}/{obj['Key']}"
-                files.append(FirehoseFile(name=name, uri=uri, size_bytes=int(obj["Size"])))
+        for obj in list_objects(self.s3_client(), bucket, day_prefix):
+            name = obj["Key"][len(day_prefix) :]
+            # Only the day folder's own files, as the local glob `day=D/*` would see them.
+            if "/" in name or not is_day_file(name):
+                continue
+            files.append(FirehoseFile(name=name, uri=f"s3://{bucket}/{obj['Key']}", size_bytes=int(obj["Size"])))
         return files
 
 

@@ -29,7 +29,7 @@ from resources import lake_local as local
 from resources import lake_s3 as s3
 from resources.firehose import validate_day
 from resources.lake_local import STAGING_DIR
-from resources.s3 import S3Access, is_s3_uri, join_key, parse_s3_uri
+from resources.s3 import S3Access, is_s3_uri, join_key, list_prefixes, parse_s3_uri
 
 PART_NAME = "part-00000.parquet"
 MANIFEST_NAME = "manifest.json"
@@ -341,13 +341,7 @@ class LakeResource(S3Access):
             path = Path(base)
             return [p.name for p in path.iterdir() if p.is_dir()] if path.is_dir() else []
         bucket, prefix = parse_s3_uri(base)
-        paginator = self.s3_client().get_paginator("list_objects_v2")
-        pages = paginator.paginate(Bucket=bucket, Prefix=prefix + "/", Delimiter="/")
-        return [
-            cp["Prefix"][len(prefix) + 1 :].rstrip("/")
-            for page in pages
-            for cp in page.get("CommonPrefixes", [])
-        ]
+        return list_prefixes(self.s3_client(), bucket, prefix + "/")
 
 
 def _part_uris(files: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from resources.lake_local import VERSIONS_DIR, new_version_id
+from resources.s3 import list_objects
 
 POINTER_NAME = "_current.json"
 RETIRED_NAME = "_retired"
@@ -32,11 +33,6 @@ _UNSUPPORTED = {"NotImplemented", "501"}
 def folder_keys(asset_key: str, name: str) -> tuple[str, str]:
     """(pointer key, versions prefix ending in '/') of folder `name` under `asset_key`."""
     return f"{asset_key}/{name}/{POINTER_NAME}", f"{asset_key}/{VERSIONS_DIR}/{name}/"
-
-
-def list_objects(client: Any, bucket: str, prefix: str) -> list[dict]:
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return [obj for page in pages for obj in page.get("Contents", [])]
 
 
 def read_pointer(client: Any, bucket: str, key: str) -> tuple[dict, str] | None:

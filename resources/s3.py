@@ -1,4 +1,4 @@
-"""S3 addressing and client construction shared by the firehose and lake resources.
+"""S3 addressing, client construction and listing, shared by every S3 user of the project.
 
 Both talk to S3 through plain boto3 (endpoint_url makes any S3-compatible store work, moto's
 server on loopback in tests). s3fs is not used: its current releases pin botocore below the
@@ -34,6 +34,26 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 def join_key(prefix: str, *parts: str) -> str:
     """Object key under `prefix` (which may be "")."""
     return "/".join(p for p in (prefix, *parts) if p)
+
+
+def list_objects(client: Any, bucket: str, prefix: str) -> list[dict]:
+    """Every object whose key starts with `prefix`, as list_objects_v2 gives it (Key, Size,
+    ETag, LastModified), in key order, all pages. Pass a prefix ending in "/" for a folder's
+    objects: "a/b" also matches "a/bc"."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [obj for page in pages for obj in page.get("Contents", [])]
+
+
+def list_prefixes(client: Any, bucket: str, prefix: str) -> list[str]:
+    """The names of the "folders" right under `prefix` (a folder: "" or ending in "/"): the
+    common prefixes of a "/"-delimited listing, `prefix` and the trailing "/" cut off."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/")
+    return [cp["Prefix"][len(prefix):].rstrip("/") for page in pages for cp in page.get("CommonPrefixes", [])]
+
+
+def any_object(client: Any, bucket: str, prefix: str) -> bool:
+    """Whether some object's key starts with `prefix` (one key listed, at most)."""
+    return bool(client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"))
 
 
 def make_s3_client(

@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from resources.lake import LakeResource
-from resources.s3 import is_s3_uri, parse_s3_uri
+from resources.s3 import is_s3_uri, list_prefixes, parse_s3_uri
 
 _TABLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,99}$")
 
@@ -24,9 +24,7 @@ def lake_tables(lake: LakeResource) -> list[str]:
     """Names of the lake's top-level table folders (staging and other hidden folders left out)."""
     if is_s3_uri(lake.root):
         bucket, prefix = parse_s3_uri(lake.root)
-        base = f"{prefix}/" if prefix else ""
-        pages = lake.s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base, Delimiter="/")
-        names = [cp["Prefix"][len(base):].rstrip("/") for page in pages for cp in page.get("CommonPrefixes", [])]
+        names = list_prefixes(lake.s3_client(), bucket, f"{prefix}/" if prefix else "")
     else:
         root = Path(lake.root)
         names = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from resources.s3 import is_s3_uri, join_key, make_s3_client, parse_s3_uri
+from resources.s3 import is_s3_uri, join_key, list_objects, make_s3_client, parse_s3_uri
 
 
 class Store:
@@ -100,9 +100,8 @@ class Store:
         """Keys under `prefix` (relative to the root), sorted; hidden names left out."""
         if self._s3:
             base = join_key(self._prefix, prefix)
-            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=base + "/")
             skip = len(self._prefix) + 1 if self._prefix else 0
-            keys = [obj["Key"][skip:] for page in pages for obj in page.get("Contents", [])]
+            keys = [obj["Key"][skip:] for obj in list_objects(self._client, self._bucket, base + "/")]
         else:
             folder = Path(self.root) / prefix
             keys = [str(p.relative_to(self.root)) for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []

@@ -201,13 +201,12 @@ def downsample(curve: list[tuple[int, float]], points: int = 200) -> list[list[f
 def dataset_files(dataset: str, s3_endpoint_url: str | None, scratch: Path) -> list[str]:
     """The Parquet parts of a snapshot folder (or one file), local paths; S3 parts are downloaded."""
     if dataset.startswith("s3://"):
-        from resources.s3 import make_s3_client
+        from resources.s3 import list_objects, make_s3_client
 
         bucket, _, prefix = dataset[5:].partition("/")
         prefix = prefix.rstrip("/") + "/"  # the folder's own objects, not a sibling sharing its name's start
         client = make_s3_client(endpoint_url=s3_endpoint_url)
-        keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-                for o in page.get("Contents", []) if o["Key"].endswith(".parquet")]
+        keys = [o["Key"] for o in list_objects(client, bucket, prefix) if o["Key"].endswith(".parquet")]
         files = []
         for key in sorted(keys):
             dest = scratch / "dataset" / key.replace("/", "_")
