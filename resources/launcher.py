@@ -7,6 +7,8 @@
            the dataset and the catalogue are s3:// URIs the stage fetches itself, and it
            publishes to the S3 checkpoint store. Chosen by SHOPDISTILL_GPU_POD_SPEC (`launcher_from_env`).
 Rank 0 alone reports through Pipes (see `shopdistill_assets/training/stages/common.py`).
+A job that is not a DeepSpeed program (the rollout job: a vLLM server and the sandbox) is launched
+the same way with `runner="python"`: one process, on the same GPU node, reporting through Pipes.
 """
 
 from __future__ import annotations
@@ -104,6 +106,18 @@ def launch_command(script: str, config_uri: str, gpus: int, launcher: str = "dee
             "--config", config_uri]
 
 
+RUNNERS = ("deepspeed", "python")  # a DeepSpeed program (one rank per GPU) or one process that uses the GPUs itself
+
+
+def job_command(runner: str, script: str, config_uri: str, gpus: int, program: str,
+                master_port: int = 29500) -> list[str]:
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+    if runner == "python":
+        return [program, script, "--config", config_uri]
+    return launch_command(script, config_uri, gpus, program, master_port)
+
+
 def local_job_env() -> dict[str, str]:
     """Environment defaults of a local DeepSpeed job (the caller's own settings win).
 
@@ -167,28 +181,38 @@ class TrainingLauncher(ConfigurableResource):
     def output_dir(self, stage: str, run_id: str) -> str:
         return f"{CACHE_MOUNT}/runs/{stage}/{run_id}" if self.remote else str(self.stage_dir(stage, run_id))
 
-    def pod(self, script: str, config_uri: str) -> tuple[dict[str, Any], list[str]]:
-        """(pod spec, command) of a k8s stage: what PipesK8sClient is given."""
-        spec = gpu_pod_spec(json.loads(self.pod_spec_json or "{}"), gpus=self.num_gpus, cache_claim=self.cache_claim,
+    def _pod_spec(self) -> dict[str, Any]:
+        return gpu_pod_spec(json.loads(self.pod_spec_json or "{}"), gpus=self.num_gpus, cache_claim=self.cache_claim,
                             service_account=self.service_account)
-        return spec, launch_command(self.script_path(script), config_uri, pod_gpus(spec))
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs a job gets: the pod's (its spec may say) or, locally, `num_gpus`."""
+        return pod_gpus(self._pod_spec()) if self.remote else self.num_gpus
+
+    def pod(self, script: str, config_uri: str, runner: str = "deepspeed") -> tuple[dict[str, Any], list[str]]:
+        """(pod spec, command) of a k8s job: what PipesK8sClient is given."""
+        spec = self._pod_spec()
+        return spec, job_command(runner, self.script_path(script), config_uri, pod_gpus(spec), runner)
 
     def launch(self, context: Any, script: str, config_uri: str, output_dir: str,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Run the stage script on its config (by reference); returns what rank 0 reported."""
+               env: dict[str, str] | None = None, runner: str = "deepspeed") -> dict[str, Any]:
+        """Run the job script on its config (by reference); returns what rank 0 reported."""
         if self.remote:
-            return self._launch_k8s(context, script, config_uri, env or {})
-        return self._launch_local(context, script, config_uri, output_dir, env or {})
+            return self._launch_k8s(context, script, config_uri, env or {}, runner)
+        return self._launch_local(context, script, config_uri, output_dir, env or {}, runner)
 
     def _launch_local(self, context: Any, script: str, config_uri: str, output_dir: str,
-                      env: dict[str, str]) -> dict[str, Any]:
+                      env: dict[str, str], runner: str) -> dict[str, Any]:
         from dagster import Failure, PipesSubprocessClient
         from dagster._core.errors import DagsterPipesExecutionError
 
-        launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
-        if launcher is None:
-            raise FileNotFoundError("the `deepspeed` launcher is not installed (pip install '.[train]')")
-        command = launch_command(self.script_path(script), config_uri, self.num_gpus, launcher, _free_port())
+        program = sys.executable
+        if runner == "deepspeed":
+            program = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
+            if program is None:
+                raise FileNotFoundError("the `deepspeed` launcher is not installed (pip install '.[train]')")
+        command = job_command(runner, self.script_path(script), config_uri, self.num_gpus, program, _free_port())
         # The job's output goes to the run's compute logs and to stage.log, whose end becomes the
         # failure's description: a failed stage says why on the run page and in the CLI.
         log = Path(output_dir) / "stage.log"
@@ -198,16 +222,17 @@ class TrainingLauncher(ConfigurableResource):
             invocation = PipesSubprocessClient(env={**local_job_env(), **env}).run(
                 context=context, command=["bash", "-c", shell], cwd=output_dir)
         except DagsterPipesExecutionError as exc:
-            raise Failure(description=f"{Path(output_dir).parent.name}: the DeepSpeed job failed ({exc}); its log "
+            raise Failure(description=f"{Path(output_dir).parent.name}: the {runner} job failed ({exc}); its log "
                                       f"{log} ends with:\n{_tail(log)}", allow_retries=False) from None
         return _reported(invocation)
 
-    def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str]) -> dict[str, Any]:
+    def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str],
+                    runner: str) -> dict[str, Any]:
         from dagster_k8s import PipesK8sClient  # the `deploy` extra
 
         if not self.image:
             raise ValueError("TrainingLauncher(kind='k8s') needs `image` (SHOPDISTILL_TRAIN_IMAGE)")
-        spec, command = self.pod(script, config_uri)
+        spec, command = self.pod(script, config_uri, runner)
         invocation = PipesK8sClient().run(context=context, image=self.image, command=command,
                                           namespace=self.namespace, base_pod_spec=spec, env=env)
         return _reported(invocation)

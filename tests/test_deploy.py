@@ -83,6 +83,30 @@ def test_the_training_image_python_is_the_base_images():
         assert (REPO / path).exists(), path
 
 
+def test_the_training_image_has_vllm_pinned_to_what_trl_supports():
+    """vLLM (the rollout job's server, GRPO's `use_vllm`) is the `vllm` extra, installed in the
+    training image and nowhere else (`make setup` and CI install no CUDA build): pinned inside the
+    range the installed TRL accepts, beside the torch the image and `train` pin."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (pin,) = [Requirement(r) for r in extras["vllm"]]
+    version = next(iter(pin.specifier)).version
+    assert pin.name == "vllm" and str(pin.specifier) == f"=={version}"
+    trl_range = next(Requirement(r) for r in requires("trl") if r.startswith("vllm"))
+    assert trl_range.specifier.contains(version) and Version(version) >= Version("0.28")  # TRL's weight transfer needs 0.28
+    assert not any(Requirement(r).name == "vllm" for name in ("train", "dev", "deploy") for r in extras[name])
+    assert '".[train,dev,deploy]"' in (REPO / "Makefile").read_text()
+    dockerfile = (DEPLOY / "training" / "Dockerfile").read_text()
+    assert 'pip install ".[train,vllm]"' in dockerfile
+    torch = next(r for r in extras["train"] if r.startswith("torch"))
+    assert f"pip install {torch}" in dockerfile and "--index-url" not in dockerfile  # PyPI's CUDA 13.0 build
+    assert re.search(r"^FROM nvidia/cuda:13\.", dockerfile, re.M)  # vLLM 0.30's wheel is a CUDA 13 build
+
+
 def test_the_image_installs_this_project_and_serves_its_code_location():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     module = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]

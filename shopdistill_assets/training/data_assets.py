@@ -1,7 +1,7 @@
 """Training inputs as assets: the problems rollouts run on, the rollouts, one dataset per stage.
 
     leak_clusters (newest day) + suites ─► train_problems     train-side problems with ground truth
-    train_problems + sft checkpoint     ─► train_rollouts     k sandbox rollouts per problem, scored
+    train_problems + sft checkpoint     ─► train_rollouts     k sandbox rollouts per problem, scored (a GPU job)
     train_problems + teacher endpoint   ─► teacher_rollouts   the teacher's rollouts, scored
     train_rollouts                      ─► resft_dataset      reward-1 rollouts (rejection sampling)
     teacher_rollouts                    ─► teacher_sft_dataset  the shortest success per problem
@@ -15,7 +15,6 @@ evaluation rollouts (`policy_eval`) are never an input here.
 
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
 import hashlib
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from pydantic import Field
 from resources.checkpoint_store import CheckpointNotFound
 from resources.checkpoints import CheckpointStoreResource
 from resources.lake import LakeResource
+from resources.launcher import TrainingLauncher
 from shopdistill_assets import settings
 from shopdistill_assets.corpus.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.instance import project_home
@@ -49,6 +49,7 @@ from shopdistill_assets.split.train_side import not_train_side
 from shopdistill_assets.training.lineage import merge_files
 from shopdistill_assets.training.stages import STAGES
 from shopdistill_assets.training.stages import rows as train_rows
+from shopdistill_assets.training.stages.rollouts import rollout_rows
 
 GROUP = "training_data"
 
@@ -193,59 +194,87 @@ def _rollout(context: AssetExecutionContext, lake: LakeResource, config: Rollout
 
     rows = lake.read_snapshot("train_problems", problems_version).to_dicts()
     problems = rows_to_problems(rows)[: config.limit]
-    by_id = {p.problem_id: p for p in problems}
     if not problems:
         raise Failure(description="train_problems is empty: no train-side problem has ground truth", allow_retries=False)
-    truth = {r["problem_id"]: r for r in rows}
     catalog = _catalog(config)
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, temperature=config.temperature,
-                        concurrency=config.concurrency, request_timeout_s=config.request_timeout_s,
+                        concurrency=config.concurrency or 8, request_timeout_s=config.request_timeout_s,
                         episode_time_limit_s=config.episode_time_limit_s)
     if config.endpoint:
         result = evaluate(config.endpoint, config.model or name, problems, catalog, cfg)
     else:
         with serve(policy_factory(problems, catalog), model_name=name) as server:
             result = evaluate(server.url, name, problems, catalog, cfg)
-    out = []
-    for i, ep in enumerate(result.episodes):
-        row = ep.to_canonical_row(result.eval_run_id, i + 1)
-        row.update(success=ep.success, failure_reason=ep.failure_reason, sample=ep.sample,
-                   leak_cluster_id=truth[ep.problem_id]["leak_cluster_id"],
-                   problem_json=json.dumps(by_id[ep.problem_id].to_dict()))
-        out.append(row)
-    frame = pl.DataFrame(out, infer_schema_length=None)
-    manifest = {"train_problems": problems_version, "policy": name, "samples": config.samples,
-                "summary": {k: v for k, v in result.summary().items() if k in ("asr", "pass_at_1", "pass_at_k")},
+    frame = pl.DataFrame(rollout_rows(result, problems, rows), infer_schema_length=None)
+    return _rollouts_snapshot(context, lake, frame.to_arrow(), name, config.samples, len(problems), result.summary(),
+                              problems_version, problems_manifest, extra)
+
+
+def _rollouts_snapshot(context: AssetExecutionContext, lake: LakeResource, table: pa.Table, name: str, samples: int,
+                       problems: int, summary: dict[str, Any], problems_version: str, problems_manifest: dict[str, Any],
+                       extra: dict[str, Any], **metadata: Any) -> MaterializeResult:
+    """The rollout rows as a snapshot; its manifest names the problems, the policy and the outcome."""
+    manifest = {"train_problems": problems_version, "policy": name, "samples": samples,
+                "summary": {k: v for k, v in summary.items() if k in ("asr", "pass_at_1", "pass_at_k")},
                 **_provenance([problems_manifest]), **extra}
-    version, folder, digest = write_training_snapshot(lake, context.asset_key.path[-1], frame.to_arrow(), manifest,
+    version, folder, digest = write_training_snapshot(lake, context.asset_key.path[-1], table, manifest,
                                                       lake.scratch_dir())
-    summary = result.summary()
-    context.log.info(f"{name}: {len(problems)} problems x {config.samples}: success rate {summary['asr']:.3f}")
-    return _snapshot_result(version, folder, digest, frame.height, problems=len(problems),
-                            success_rate=summary["asr"], successes=int(frame["success"].sum()), policy=name,
-                            errors=MetadataValue.json(summary["errors"]))
+    successes = sum(1 for ok in table.column("success").to_pylist() if ok)
+    context.log.info(f"{name}: {problems} problems x {samples}: success rate {summary['asr']:.3f}")
+    return _snapshot_result(version, folder, digest, table.num_rows, problems=problems, success_rate=summary["asr"],
+                            successes=successes, policy=name, errors=MetadataValue.json(summary["errors"]), **metadata)
+
+
+class TrainRolloutsConfig(RolloutsConfig):
+    max_new_tokens: int | None = Field(None, description="per model turn (default: 512 with hf, 2048 with vllm)")
+    concurrency: int | None = Field(None, description="episodes in flight (default: 8 with hf, 128 with vllm; "
+                                    "with `endpoint`, 8)")
+    backend: str | None = Field(None, description="how the rollout job serves the checkpoint: vllm (`vllm serve` "
+                                "beside it, tensor-parallel over the node's GPUs) or hf (transformers generate: the "
+                                "CPU path); default vllm where stages run in GPU pods, hf locally")
+    tensor_parallel_size: int | None = Field(None, description="vllm: GPUs the model is sharded over (default: the "
+                                             "node's)")
+    vllm_args: list[str] = Field(default_factory=list, description="vllm: more `vllm serve` flags, e.g. "
+                                 "['--max-model-len', '20480']")
 
 
 @asset(group_name=GROUP, deps=[train_problems, "sft_checkpoint"], kinds={"python", "parquet"}, pool="gpu",
        description="k sandbox rollouts per train-side problem from the newest sft checkpoint, scored "
-                   "(the material of rejection-sampled re-SFT and of KTO's undesirable rows).")
-def train_rollouts(context: AssetExecutionContext, config: RolloutsConfig, lake: LakeResource,
-                   checkpoints: CheckpointStoreResource) -> MaterializeResult:
+                   "(the material of rejection-sampled re-SFT and of KTO's undesirable rows): a job beside "
+                   "the model (vLLM in a GPU pod, or HF generate locally), launched like a training stage.")
+def train_rollouts(context: AssetExecutionContext, config: TrainRolloutsConfig, lake: LakeResource,
+                   checkpoints: CheckpointStoreResource, launcher: TrainingLauncher) -> MaterializeResult:
+    from shopdistill_assets.training import rollout_job
+
     store = checkpoints.store()
     try:
         ref = store.latest("sft")
     except CheckpointNotFound as exc:
         raise Failure(description=str(exc), allow_retries=False) from None
     version, manifest = latest_snapshot(context, lake, "train_problems")
-
-    def policy(problems, catalog):
-        from shopdistill_assets.agent.hf_policy import checkpoint_policy
-
-        return checkpoint_policy(store.local_path(ref), max_new_tokens=config.max_new_tokens,
-                                 batch_size=config.batch_size)
-
-    return _rollout(context, lake, config, policy, f"sft-{ref.version}", version, manifest,
-                    {"checkpoint": ref.to_dict()})
+    name, extra = f"sft-{ref.version}", {"checkpoint": ref.to_dict()}
+    if config.endpoint:  # a server already running (vLLM, an API): rolled out from here, as for the teacher
+        return _rollout(context, lake, config, None, name, version, manifest, extra)
+    run_key = context.run.root_run_id or context.run.run_id
+    catalog = Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog"
+    try:
+        values = rollout_job.job_values(config, ref=ref, name=name, store=store, launcher=launcher,
+                                        catalog_uri=rollout_job.catalog_uri(catalog, store, launcher),
+                                        problems_uri=lake.snapshot_version_uri("train_problems", version),
+                                        run_key=run_key, run_id=context.run.run_id)
+    except rollout_job.RolloutJobError as exc:
+        raise Failure(description=f"train_rollouts: {exc}", allow_retries=False) from None
+    reported = rollout_job.launch(context, store, launcher, values, run_key, context.run.run_id)
+    if reported.get("status") != "rolled_out":
+        raise Failure(description=f"train_rollouts: the rollout job reported no rows ({reported})")
+    table = rollout_job.read_rows(reported["uri"], store, lake.scratch_dir())
+    summary = {"asr": reported["success_rate"], "pass_at_1": reported.get("pass_at_1"),
+               "pass_at_k": reported.get("pass_at_k"), "errors": reported.get("errors") or {}}
+    job = {k: reported[k] for k in ("backend", "uri", "sha256", "wall_s", "rollout_s", "episodes_per_s",
+                                    "tensor_parallel_size") if k in reported}
+    return _rollouts_snapshot(context, lake, table, name, config.samples, int(reported["problems"]), summary, version,
+                              manifest, {**extra, "rollout_job": job}, backend=job["backend"],
+                              rollout_wall_s=job.get("wall_s", 0.0), episodes_per_s=job.get("episodes_per_s", 0.0))
 
 
 @asset(group_name=GROUP, deps=[train_problems], kinds={"python", "parquet"},
