@@ -107,6 +107,24 @@ def test_the_training_image_has_vllm_pinned_to_what_trl_supports():
     assert re.search(r"^FROM nvidia/cuda:13\.", dockerfile, re.M)  # vLLM 0.30's wheel is a CUDA 13 build
 
 
+def test_the_training_recipe_uses_flags_its_scripts_have():
+    """Every command of deploy/training/README.md that runs one of our scripts names flags that
+    script declares (the recipe once said `--model-size`, which benchmarks/training.py lacks)."""
+    text = (DEPLOY / "training" / "README.md").read_text()
+    scripts = {"benchmarks/training.py", "deploy/training/dry_run.py",
+               "shopdistill_assets/training/stages/rollouts.py"}
+    seen = set()
+    for script in scripts:
+        source = (REPO / script).read_text()
+        declared = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source))
+        declared |= {f"--{name}" for name in re.findall(r"^    (\w+): .*= field\(", source, re.M)}
+        for command in re.findall(rf"{re.escape(script)}([^`]*)", text):
+            seen.add(script)
+            used = set(re.findall(r"(--[\w-]+)", command))
+            assert used <= declared, (script, used - declared)
+    assert seen == scripts
+
+
 def test_the_image_installs_this_project_and_serves_its_code_location():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     module = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]

@@ -302,6 +302,30 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
         launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
 
 
+def test_a_pod_gets_the_catalogue_as_an_s3_uri(moto_s3, tmp_path, monkeypatch):
+    """dr_grpo's sandbox catalogue is a folder here; a GPU pod gets it uploaded to the store
+    (content-addressed, once) as an s3:// URI it fetches itself, never this machine's path."""
+    import boto3
+
+    from resources.launcher import TrainingLauncher
+    from shopdistill_assets.sandbox import write_catalog
+    from shopdistill_assets.sim.toy_world import toy_world
+    from shopdistill_assets.training.assets import stage_extras
+    from shopdistill_assets.training.stages import STAGES
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path))
+    write_catalog(toy_world(seed=1, n_problems=3)[0], tmp_path / "arena" / "catalog" / "documents.jsonl.gz")
+    boto3.client("s3", endpoint_url=moto_s3).create_bucket(Bucket="models")
+    store = CheckpointStore("s3://models/ckpt", endpoint_url=moto_s3)
+    pod = TrainingLauncher(kind="k8s", pod_spec_json=HELM_POD_SPEC, image="train:1")
+    uri = stage_extras(STAGES["dr_grpo"], store, pod)["catalog"]
+    assert uri.startswith("s3://models/ckpt/.runs/catalog/") and store.exists(f"{uri}/documents.jsonl.gz")
+    assert stage_extras(STAGES["dr_grpo"], store, pod)["catalog"] == uri  # the same content: uploaded once
+    local = TrainingLauncher(work_dir=str(tmp_path / "runs"))
+    assert stage_extras(STAGES["dr_grpo"], store, local) == {"catalog": str(tmp_path / "arena" / "catalog")}
+    assert stage_extras(STAGES["kto"], store, pod) == {}
+
+
 def test_one_stage_registry_names_script_config_and_dataset():
     from shopdistill_assets.training.stages import METHODS, STAGES
 
@@ -486,3 +510,8 @@ def test_the_definitions_pick_the_gpu_pod_launcher_by_configuration(monkeypatch,
     monkeypatch.setenv("SHOPDISTILL_TRAIN_IMAGE", "train:1")
     launcher = build_definitions().resources["launcher"]
     assert (launcher.kind, launcher.image, launcher.pod("kto.py", "s3://b/c.yaml")[1][2]) == ("k8s", "train:1", "8")
+    # every job that takes a GPU node queues in the `gpu` pool (the instance bounds it)
+    from shopdistill_assets.training.assets import CHECKPOINT_ASSETS
+    from shopdistill_assets.training.data_assets import train_rollouts
+
+    assert {a.op.pool for a in [*CHECKPOINT_ASSETS, train_rollouts]} == {"gpu"}

@@ -151,6 +151,28 @@ def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
     print("\nchain: " + " -> ".join(f"{n}/{meta(trained.chain, n + '_checkpoint')['version']}" for n in STAGE_ORDER))
 
 
+def test_train_rollouts_run_as_a_job_beside_the_model(trained):
+    """train_rollouts launches the rollout job (training/stages/rollouts.py) through the training
+    launcher, as a stage is launched: locally the hf backend serves the new sft checkpoint in the
+    job's own process (a GPU pod runs vLLM there); its rows are what resft_dataset reads."""
+    m = meta(trained.chain, "train_rollouts")
+    assert m["backend"] == "hf" and (m["problems"], m["dagster/row_count"]) == (5, 5 * 2)
+    manifest = trained.lake.read_manifest("train_rollouts", m["version"])
+    sft = meta(trained.chain, "sft_checkpoint")["version"]
+    assert manifest["checkpoint"]["version"] == sft and manifest["policy"] == f"sft-{sft}"
+    job = manifest["rollout_job"]
+    run = trained.chain.run_id
+    assert job["backend"] == "hf" and job["uri"] == str(trained.home / "checkpoints" / ".runs" / "train_rollouts" / run /
+                                                        f"{run}.parquet")
+    log = (trained.root / "train-runs" / "train_rollouts" / run / "stage.log").read_text()
+    assert f"rollouts: 5 problems x 2: {m['successes']} of 10 succeeded" in log
+    rollouts = trained.lake.read_snapshot("train_rollouts", m["version"])
+    assert sorted(set(rollouts["sample"])) == [0, 1] and rollouts["problem_id"].n_unique() == 5
+    assert set(rollouts["agent_version_id"]) == {f"sft-{sft}"}
+    resft = meta(trained.chain, "resft_dataset")
+    assert (resft["rollouts"], resft["kept"]) == (10, rollouts["success"].sum())
+
+
 def test_lineage_names_the_corpus_the_days_and_the_files(trained):
     ref = trained.store.latest("sft")
     lineage = trained.store.lineage(ref)
@@ -169,6 +191,9 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
     assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
     kto = trained.store.lineage(trained.store.latest("kto"))
     assert kto["dataset"]["asset"] == "kto_dataset" and kto["corpus"]["version"] == trained.corpus_version
+    # kto_dataset writes one label block after the other; the stage shuffles (seeded) before batching
+    mix = kto["training"]["label_mix"]
+    assert mix["batches"] >= 8 and mix["batches_with_both_labels"] >= mix["batches"] // 4
 
 
 def cli(trained: Trained, *args: str) -> subprocess.CompletedProcess:
@@ -431,6 +456,27 @@ def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
     assert not merged.state_dict()[q].equal(original.state_dict()[q])  # the adapter is in the weights
     up = "model.layers.0.mlp.up_proj.weight"  # not a LoRA target: unchanged
     assert merged.state_dict()[up].equal(original.state_dict()[up])
+
+
+def test_a_stage_with_no_row_within_the_length_rule_writes_no_checkpoint(tmp_path):
+    """Rows there, none left after the length rule (counted after TRL's tokenization): the stage
+    says so, reports `nothing_to_learn` with the counts, and writes no checkpoint (the asset then
+    passes the parent on as `trained: false`), never a 0-step checkpoint marked trained."""
+    from shopdistill_assets.training.tiny_model import build_tiny_model
+
+    config = tmp_path / "stage.yaml"
+    config.write_text(json.dumps({"stage": "sft", "model_name_or_path": str(build_tiny_model(tmp_path / "base")),
+                                  "output_dir": str(tmp_path / "out"), "max_length": 8, "report_to": [],
+                                  "dataset": str(_sft_snapshot(tmp_path / "snapshot", 3)), "lineage": {"days": []}}))
+    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages" / "sft.py"
+    done = subprocess.run([sys.executable, str(script), "--config", str(config)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = next(json.loads(line)["materialization"] for line in done.stdout.splitlines()
+                  if line.startswith('{"materialization"'))
+    assert report["status"] == "nothing_to_learn" and "within 8 tokens" in report["reason"]
+    assert (report["rows_read"], report["rows"], report["rows_too_long_dropped"]) == (3, 0, 3)
+    assert not (tmp_path / "out" / "checkpoint").exists()
 
 
 TWO_RANKS = '''
