@@ -31,6 +31,8 @@ from resources.firehose import FirehoseResource
 from resources.lake import LakeResource
 from resources.s3 import parse_s3_uri
 from shopdistill_assets.corpus.assets import CODE_VERSION, CORPUS_ASSETS, CORPUS_CHECKS
+from shopdistill_assets.corpus.gates import FORMAT_CHECKS, REASONING_CHECKS
+from shopdistill_assets.corpus.structural import STRUCTURAL_CHECKS
 from shopdistill_assets.ingest.assets import raw_firehose
 from shopdistill_assets.sim import ArenaConfig, simulate
 
@@ -454,6 +456,18 @@ def test_materializations_carry_the_funnel_metadata(corpus):
         for asset in (*FUNNEL_ASSETS, "subtask_traces"):  # the UI's row count is the table's, ledger included
             assert values[asset]["dagster/row_count"] == corpus.table(asset, day).height, asset
         assert "| read | `truncated_file` | 1 |" in values["normalized_traces"]["reasons"]
+        # The check stages' numbers are the named checks' own counters, one pair per check, in check
+        # order; they agree with the ledger (check_counts, blocking, evaluated in the corpus step).
+        ledger = corpus.table("rejected_traces", day)
+        for asset, checks in (("agentic_traces", STRUCTURAL_CHECKS), ("gated_traces", (*REASONING_CHECKS, *FORMAT_CHECKS))):
+            assert [k for k in values[asset] if k.startswith("check/")] == [
+                f"check/{c.reason}/{o}" for c in checks for o in ("passed", "failed")]
+            for c in checks:
+                assert values[asset][f"check/{c.reason}/failed"] == values[asset][f"rejected/{c.reason}"] == \
+                    ledger.filter((pl.col("stage") == str(c.stage)) & (pl.col("reason") == c.reason)).height
+            assert check_result(corpus.results[day], "check_counts", asset).passed
+        assert values["gated_traces"]["check/too_long/passed"] == g["kept"]
+        assert values["agentic_traces"]["check/no_inference/passed"] == a["kept"] + s["kept"]
 
 
 # ---- the command line ------------------------------------------------------------------------------
@@ -526,12 +540,12 @@ def test_selecting_one_table_runs_the_whole_step_and_records_all_five(tiny_day, 
     assert dg.materialize([raw_firehose], partition_key=tiny_day.day, resources=resources, instance=instance,
                           run_config=QUIET).success
     # One table selected (issue 21 item 7): the one pass runs and rewrites all five, so they still
-    # add up, and Dagster records all five, with the selected table's blocking check.
+    # add up, and Dagster records all five, with the selected table's blocking checks.
     result = dg.materialize([*CORPUS_ASSETS, *CORPUS_CHECKS], partition_key=tiny_day.day, selection=["gated_traces"],
                             resources=resources, instance=instance, run_config=QUIET)
     assert result.success
-    assert [(e.asset_key.to_user_string(), e.passed) for e in result.get_asset_check_evaluations()] == \
-        [("gated_traces", True)]
+    assert sorted((e.asset_key.to_user_string(), e.check_name, e.passed) for e in result.get_asset_check_evaluations()) \
+        == [("gated_traces", "check_counts", True), ("gated_traces", "conservation", True)]
     for table in TABLES:
         assert instance.get_latest_materialization_event(dg.AssetKey(table)) is not None, table
         assert lake.has_day(table, tiny_day.day), table
@@ -554,6 +568,31 @@ def test_a_failed_conservation_check_blocks_what_follows(tiny_day, tmp_path, mon
     assert "8 lines read but 7 rows accounted" in evaluations[0].description
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "leak_clusters" not in materialized and "gated_traces" in materialized
+
+
+def test_check_counters_that_disagree_with_the_ledger_fail_the_day(tiny_day, tmp_path, monkeypatch):
+    """One trace counted twice by a check (a bug in a check's counting): check_counts fails, loudly."""
+    import shopdistill_assets.corpus.assets as corpus_module
+    from shopdistill_assets.split.assets import leak_clusters
+
+    real = corpus_module.day_counts
+
+    def one_too_many(*args):
+        counts = real(*args)
+        counts["reasoning_gate", "reasoning_gate", "failed"] += 1
+        return counts
+
+    monkeypatch.setattr(corpus_module, "day_counts", one_too_many)
+    firehose = FirehoseResource(root=str(tiny_day.root))
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS, leak_clusters], partition_key=tiny_day.day,
+                            resources={"firehose": firehose, "lake": lake}, instance=dg.DagsterInstance.ephemeral(),
+                            run_config=QUIET, raise_on_error=False)
+    (failed,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "check_counts" and not e.passed]
+    assert failed.asset_key.to_user_string() == "gated_traces"
+    assert "reasoning_gate/reasoning_gate failed: 2 counted by the checks, 1 ledger rows" in failed.description
+    assert not result.success
+    assert "leak_clusters" not in {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
 
 
 # ---- the files read are raw_firehose's inventory ------------------------------------------------------

@@ -76,7 +76,7 @@ def test_the_readme_queries_run_through_the_cli(lake, tmp_path):
 
 
 def test_every_reason_code_is_zero_filled():
-    meta = funnel_metadata(5, 3, [{"stage": "read", "reason": "json_decode"}, {"stage": "x", "reason": "new_code"}])
+    meta = funnel_metadata(5, 3, {("read", "json_decode"): 1, ("x", "new_code"): 1})
     counts = {k[len("rejected/"):]: v for k, v in meta.items() if k.startswith("rejected/")}
     assert set(REASONS) <= set(counts) and counts["json_decode"] == 1 and counts["new_code"] == 1
     assert sum(counts.values()) == meta["rejected"] == 2

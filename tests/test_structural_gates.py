@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from shopdistill_assets.core.tokens import count_tokens, estimate_tokens
+from shopdistill_assets.corpus.check_funnel import take_back
 from shopdistill_assets.corpus.decide import DecideConfig, decide_line
 from shopdistill_assets.corpus.dialects import ROLLOUT
 from shopdistill_assets.corpus.gates import (
@@ -407,8 +408,15 @@ def test_every_check_fires_through_the_per_row_path(records, check):
     assert call(rec, 2)["name"] == "recommend_product" and decide_line("f.jsonl", 1, orjson.dumps(rec), DAY,
                                                                        DecideConfig()).get("reason") is None
     CHECK_CASES[check.reason](rec)
-    row = decide_line("f.jsonl", 1, orjson.dumps(rec), DAY, DecideConfig())
+    counts = Counter()
+    row = decide_line("f.jsonl", 1, orjson.dumps(rec), DAY, DecideConfig(), counts)
     assert (row.get("stage"), row.get("reason")) == (str(check.stage), check.reason), row.get("detail")
+    # The check counted its failure, every check before it (in trace order) its pass, none after it ran.
+    order = list(trace_checks())
+    met = order[:order.index(check) + 1]
+    assert +counts == {**{c.passed_key: 1 for c in met[:-1]}, check.failed_key: 1}
+    take_back(counts, row["structural_label"], row["stage"], row["reason"], 1)  # a superseded copy's fate
+    assert not +counts and not -counts
 
 
 def test_checks_count_their_funnel(records):
@@ -416,8 +424,9 @@ def test_checks_count_their_funnel(records):
     rows = [trace(records[k]) for k in ("1", "2", "4", "5")]
     for row in rows:
         reasoning_gate(row, counts=counts) or format_gate(row, counts=counts)
-    assert counts["no_reasoning_score", "passed"] == 4
+    assert counts["reasoning_gate", "no_reasoning_score", "passed"] == 4
     # 4: reasoning score 0.1; 5: two recommend_product calls
-    assert {k: n for k, n in counts.items() if k[1] == "failed"} == {("reasoning_gate", "failed"): 1,
-                                                                      ("recommend_count", "failed"): 1}
-    assert counts["reasoning_gate", "passed"] == 3 and counts["too_long", "passed"] == 2
+    assert {k: n for k, n in counts.items() if k[2] == "failed"} == {
+        ("reasoning_gate", "reasoning_gate", "failed"): 1, ("format_gate", "recommend_count", "failed"): 1}
+    assert counts["reasoning_gate", "reasoning_gate", "passed"] == 3
+    assert counts["format_gate", "too_long", "passed"] == 2

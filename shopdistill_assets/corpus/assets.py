@@ -7,8 +7,12 @@
                      ├─ gated_traces       agentic traces past the reasoning gate and the format gate
                      └─ rejected_traces    the ledger: every other line, with stage, reason, detail
     conservation (blocking, on each of the five): lines read == gated + subtask + rejected
+    check_counts (blocking, on agentic_traces and gated_traces, evaluated in the step): the named
+                  checks' own counters agree with the ledger and the tables (corpus/check_funnel.py)
 
-The five are computed together and always written together (a subset selection records the
+The funnel metadata of the check stages (structural filter, reasoning gate, format gate) comes
+from the checks' counters, merged across the worker processes; the other stages' from the
+ledger rows the split wrote. The five are computed together and always written together (a subset selection records the
 unselected tables as materialization events), so no table can be re-run alone with another
 config and leave the day's tables inconsistent. The files read are
 exactly those `raw_firehose` inventoried for the day, checked against their sha256 as they are
@@ -41,6 +45,7 @@ from pydantic import Field
 from resources.firehose import FirehoseDayMissing, FirehoseFile, FirehoseResource, StoredDigest
 from resources.lake import LakeResource
 from shopdistill_assets.corpus import corpus_parts as parts
+from shopdistill_assets.corpus.check_funnel import CHECKS_OF, check_metadata, day_counts, disagreements, stage_funnel
 from shopdistill_assets.corpus.decide import DecideConfig
 from shopdistill_assets.corpus.funnel import funnel_metadata
 from shopdistill_assets.corpus.gates import GateConfig
@@ -53,8 +58,9 @@ from shopdistill_assets.partitions import daily_partitions
 CODE_VERSION = "corpus-6"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
-_STAGES_OF = {"normalized_traces": ("read", "normalize", "dedupe"), "agentic_traces": ("structural",),
-              "gated_traces": ("reasoning_gate", "format_gate")}
+_LEDGER_STAGES = ("read", "normalize", "dedupe")  # the stages before the checks: normalized_traces' funnel
+# The tables of the check stages, and their stages: check_counts
+_CHECKED_TABLES = {"agentic_traces": ("structural",), "gated_traces": ("reasoning_gate", "format_gate")}
 _DESCRIPTIONS = {
     "normalized_traces": "One canonical row (OpenAI tool-calls schema) per problem run; re-uploads deduped within the day.",
     "agentic_traces": "Traces where the LLM emitted the tool calls (axis A): identity, scores and the structural "
@@ -145,6 +151,10 @@ def _firehose_params(firehose: FirehoseResource) -> dict:
     outs={t: AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[t], code_version=CODE_VERSION,
                       is_required=False)  # a subset's unselected tables come as materialization events
           for t in TABLES},
+    check_specs=[AssetCheckSpec("check_counts", asset=t, blocking=True,
+                                description="the named checks' counters agree with the ledger's rows per reason "
+                                            "and with the tables' row counts (a mismatch is a bug)")
+                 for t in _CHECKED_TABLES],
     description="Normalize, classify and gate every line of the day's inventoried firehose files in one pass.",
 )
 def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: FirehoseResource, lake: LakeResource):
@@ -188,26 +198,39 @@ def corpus(context: AssetExecutionContext, config: CorpusConfig, firehose: Fireh
             yield MaterializeResult(asset_key=table, metadata=metadata)
         else:
             context.log_event(AssetMaterialization(asset_key=table, partition=day, metadata=metadata))
+    selected_checks = {key.asset_key for key in context.selected_asset_check_keys if key.name == "check_counts"}
+    for table, stages in _CHECKED_TABLES.items():
+        wrong = [w for w in funnel.wrong if w.startswith(stages)]
+        if wrong:
+            context.log.error(f"{day}: the {table} checks' counters disagree with the ledger (a bug): {wrong[:10]}")
+        if AssetKey(table) in selected_checks:
+            yield AssetCheckResult(asset_key=table, check_name="check_counts", passed=not wrong,
+                                   metadata={"disagreements": len(wrong)}, description="; ".join(wrong[:10]) or None)
 
 
 class _Funnel:
-    """In / kept / rejected of each table, from the per-file results (no day-sized lists)."""
+    """In / kept / rejected of each table: the check stages' from the checks' counters (summed
+    over the files, superseded copies taken back), the others' from the ledger rows the split
+    wrote; `wrong` lists where the two disagree (check_funnel.disagreements)."""
 
     def __init__(self, staged: list[parts.StagedFile], splits: list[parts.SplitResult]) -> None:
         self.units = sum(s.units for s in staged)
-        self.rows = Counter()
-        self.reasons: Counter = Counter()
+        self.rows: Counter = Counter()
+        self.reasons: Counter = Counter()  # ledger rows per (stage, reason)
         for split in splits:
             self.rows.update(split.outputs)
             self.reasons.update(split.reasons)
+        self.checks = day_counts((s.checks for s in staged), (split.superseded for split in splits))
+        self.stages = {stage: stage_funnel(self.checks, stage) for stage in CHECKS_OF}
+        self.wrong = disagreements(self.checks, self.reasons, self.rows)
 
-    def ledger(self, stages: tuple[str, ...] | None = None) -> list[dict]:
-        """Ledger rows as funnel_metadata takes them: one shared {stage, reason} per row."""
-        rows: list[dict] = []
-        for (stage, reason), n in sorted(self.reasons.items()):
-            if stages is None or stage in stages:
-                rows += [{"stage": stage, "reason": reason}] * n
-        return rows
+    def ledger(self, stages: tuple[str, ...] | None = None) -> Counter:
+        """Ledger rows per (stage, reason), of `stages` or all."""
+        return Counter({key: n for key, n in self.reasons.items() if stages is None or key[0] in stages})
+
+    def checked(self, *stages: str) -> Counter:
+        """Traces the checks of `stages` stopped, per (stage, reason), from their counters."""
+        return Counter({(stage, reason): n for stage in stages for reason, n in self.stages[stage].failed.items()})
 
     def metadata(self, table: str) -> dict:
         """The funnel of `table`; `dagster/row_count` is always the rows written to that table
@@ -217,16 +240,20 @@ class _Funnel:
     def _funnel(self, table: str) -> dict:
         r = self.rows
         if table == "normalized_traces":
-            return funnel_metadata(self.units, r[table], self.ledger(_STAGES_OF[table]), superseded=sum(
-                n for (stage, _), n in self.reasons.items() if stage == "dedupe"))
+            return funnel_metadata(self.units, r[table], self.ledger(_LEDGER_STAGES),
+                                   superseded=sum(self.ledger(("dedupe",)).values()))
         if table == "agentic_traces":
-            n_in = r["normalized_traces"]
-            return funnel_metadata(n_in, r[table], self.ledger(_STAGES_OF[table]), subtask=r["subtask_traces"],
-                                   agentic_share=round(r[table] / n_in, 4) if n_in else 0.0)
+            structural = self.stages["structural"]
+            n_in = structural.entered
+            return funnel_metadata(n_in, r[table], self.checked("structural"), subtask=r["subtask_traces"],
+                                   agentic_share=round(r[table] / n_in, 4) if n_in else 0.0,
+                                   **check_metadata(structural))
         if table == "subtask_traces":
-            return funnel_metadata(r["normalized_traces"], r[table], [])
+            return funnel_metadata(r["normalized_traces"], r[table], {})
         if table == "gated_traces":
-            return funnel_metadata(r["agentic_traces"], r[table], self.ledger(_STAGES_OF[table]))
+            reasoning, fmt = self.stages["reasoning_gate"], self.stages["format_gate"]
+            return funnel_metadata(reasoning.entered, fmt.passed, self.checked("reasoning_gate", "format_gate"),
+                                   **check_metadata(reasoning), **check_metadata(fmt))
         by_stage = Counter()
         for (stage, _), n in self.reasons.items():
             by_stage[stage] += n

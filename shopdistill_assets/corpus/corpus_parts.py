@@ -21,7 +21,7 @@ gives the same bytes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +75,6 @@ _PRE_TRACE = pa.array(["read", "normalize"])  # stages that stop a line before i
 _KEY_COLUMNS = ["trace_id", "updated_at_us", "updated_at", "source_line"]
 SUPERSEDED_SCHEMA = pa.schema([("source_line", pa.int64()), ("detail", pa.string())])
 
-Decide = Callable[[str, int, Sequence[bytes], str, DecideConfig], pa.RecordBatch]
-
 
 # ---- ledger rows the reader makes ---------------------------------------------------------
 
@@ -118,6 +116,7 @@ class StagedFile:
     units: int = 0
     end: FileEnd | None = None
     keys: pa.Table | None = None  # _KEY_COLUMNS of its traces; None for a corrupt file
+    checks: Counter = field(default_factory=Counter)  # the trace checks' counters; empty for a corrupt file
 
     @property
     def corrupt(self) -> bool:
@@ -128,8 +127,7 @@ def _trace_mask(batch: pa.RecordBatch) -> pa.Array:
     return pc.invert(pc.fill_null(pc.is_in(batch.column("stage"), _PRE_TRACE), False))
 
 
-def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path,
-               decide: Decide = decide_lines) -> StagedFile:
+def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, out_path: Path) -> StagedFile:
     """Read one firehose file and decide every line; rows go to `out_path` (Arrow IPC stream)."""
     staged, reader, keys = StagedFile(name, out_path), LineReader(chunks), []
     pending: list[bytes] = []
@@ -139,7 +137,7 @@ def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, 
         def flush() -> None:
             nonlocal size
             if pending:
-                batch = decide(name, first, pending, day, cfg)
+                batch = decide_lines(name, first, pending, day, cfg, staged.checks)
                 writer.write_batch(batch)
                 keys.append(batch.select(_KEY_COLUMNS).filter(_trace_mask(batch)))  # select first: no copy of messages
                 pending.clear()
@@ -164,7 +162,9 @@ def stage_file(name: str, chunks: Iterable[bytes], day: str, cfg: DecideConfig, 
         if reader.end is not None:
             write_row(end_ledger_row(reader.end, day=day, source_file=name, source_line=reader.lines + 1))
     staged.units = reader.lines + (reader.end is not None)
-    if not staged.corrupt:
+    if staged.corrupt:
+        staged.checks.clear()  # none of its traces goes on: every unit is a corrupt_file ledger row
+    else:
         staged.keys = pa.Table.from_batches(keys, DECIDED_SCHEMA.empty_table().select(_KEY_COLUMNS).schema)
     return staged
 
@@ -225,10 +225,12 @@ class _TableWriter:
 
 @dataclass
 class SplitResult:
-    """Rows per output table and ledger rows per (stage, reason) of one file."""
+    """Rows per output table, ledger rows per (stage, reason), and the fates the checks gave
+    the trace copies that were superseded ((structural_label, stage, reason) -> copies), of one file."""
 
     outputs: dict[str, int] = field(default_factory=dict)
     reasons: Counter = field(default_factory=Counter)
+    superseded: Counter = field(default_factory=Counter)
 
 
 def _ledger_table(rows: pa.RecordBatch, superseded: np.ndarray, loser_lines: np.ndarray,
@@ -265,7 +267,7 @@ def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[st
             if staged.corrupt:
                 ledger = _corrupt_rows(batch, staged.end, day, staged.name)
             else:
-                ledger = _split_batch(batch, loser_lines, details, writers)
+                ledger = _split_batch(batch, loser_lines, details, writers, result.superseded)
             writers["rejected_traces"].add(ledger)
             result.reasons.update(zip(ledger.column("stage").to_pylist(), ledger.column("reason").to_pylist()))
     result.outputs = {name: w.close() for name, w in writers.items()}
@@ -273,10 +275,13 @@ def split_file(staged: StagedFile, superseded: pa.Table, day: str, outs: dict[st
 
 
 def _split_batch(batch: pa.RecordBatch, loser_lines: np.ndarray, details: pa.ChunkedArray,
-                 writers: dict[str, _TableWriter]) -> pa.Table:
+                 writers: dict[str, _TableWriter], superseded_fates: Counter) -> pa.Table:
     """Route one staged batch to the trace tables; returns its ledger rows."""
     trace = _trace_mask(batch).to_numpy(zero_copy_only=False)
     superseded = trace & np.isin(batch.column("source_line").to_numpy(), loser_lines)
+    if superseded.any():  # few: the fates the checks gave them, to take back from the checks' counts
+        fates = batch.select(["structural_label", "stage", "reason"]).filter(pa.array(superseded))
+        superseded_fates.update(zip(*(fates.column(i).to_pylist() for i in range(3))))
     normalized = trace & ~superseded
     label = batch.column("structural_label")
     agentic = normalized & pc.fill_null(pc.equal(label, "agentic"), False).to_numpy(zero_copy_only=False)

@@ -32,6 +32,7 @@ and gates. Contract:
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +81,10 @@ class DecideConfig:
     gates: GateConfig = field(default_factory=GateConfig)
 
 
-def decide_line(source_file: str, source_line: int, raw: bytes, day: str, cfg: DecideConfig) -> dict[str, Any]:
-    """One line's decided row (a dict with DECIDED_SCHEMA's keys, missing ones null)."""
+def decide_line(source_file: str, source_line: int, raw: bytes, day: str, cfg: DecideConfig,
+                counts: Counter | None = None) -> dict[str, Any]:
+    """One line's decided row (a dict with DECIDED_SCHEMA's keys, missing ones null). `counts`:
+    the trace checks' counters (reasons.count_run), when given."""
     obj = parse_line(raw)
     if isinstance(obj, Rejection):
         return ledger_row(obj, day=day, source_file=source_file, source_line=source_line, raw=raw)
@@ -92,29 +95,31 @@ def decide_line(source_file: str, source_line: int, raw: bytes, day: str, cfg: D
                           identity=record_identity(obj))
     row: dict[str, Any] = out  # type: ignore[assignment]
     row["updated_at_us"] = updated_at_us(row["updated_at"])
-    decision = classify(row, cfg.structural, messages=parsed["messages"], evidence=parsed["evidence"])
+    decision = classify(row, cfg.structural, messages=parsed["messages"], evidence=parsed["evidence"], counts=counts)
     row["structural_label"] = decision.label
     row["structural_evidence"] = evidence = decision.evidence_json()
     rejection = decision.rejection()
     if rejection is not None:
         rejection = Rejection(rejection.stage, rejection.reason, rejection.detail or evidence)
     elif decision.label == "agentic":
-        rejection = reasoning_gate(row, cfg.gates) or format_gate(row, cfg.gates, messages=parsed["messages"])
+        rejection = reasoning_gate(row, cfg.gates, counts) or format_gate(row, cfg.gates, messages=parsed["messages"],
+                                                                          counts=counts)
     if rejection is not None:
         row["stage"], row["reason"], row["detail"] = rejection.stage, rejection.reason, rejection.detail
     return row
 
 
 def decide_lines(source_file: str, first_line: int, lines: Sequence[bytes], day: str,
-                 cfg: DecideConfig) -> pa.RecordBatch:
-    """The decided rows of `lines` (see the module doc for the contract)."""
+                 cfg: DecideConfig, counts: Counter | None = None) -> pa.RecordBatch:
+    """The decided rows of `lines` (see the module doc for the contract); `counts` receives
+    the trace checks' counters."""
     # A batch allocates millions of small, acyclic objects (parsed records, messages): the
     # cyclic collector's passes over them cost ~10 % of the batch and find nothing. Paused for
     # one batch only (bounded by BATCH_ROWS / BATCH_BYTES), so any cycle is collected after it.
     paused = gc.isenabled()
     gc.disable()
     try:
-        rows = [decide_line(source_file, first_line + i, raw, day, cfg) for i, raw in enumerate(lines)]
+        rows = [decide_line(source_file, first_line + i, raw, day, cfg, counts) for i, raw in enumerate(lines)]
     finally:
         if paused:
             gc.enable()

@@ -8,7 +8,7 @@ plotted as zero: it is not plotted at all).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import MetadataValue
@@ -16,9 +16,9 @@ from dagster import MetadataValue
 from shopdistill_assets.corpus.reasons import REASON_STAGE, REASONS
 
 
-def reasons_table(ledger: Iterable[dict[str, Any]]) -> str:
+def reasons_table(rejected: Mapping[tuple[str, str], int]) -> str:
     """Every (stage, reason) that occurred, most frequent first; codes are few, so none is cut."""
-    counts = Counter((row["stage"], row["reason"]) for row in ledger)
+    counts = {key: n for key, n in rejected.items() if n}
     if not counts:
         return "_nothing rejected_"
     lines = ["| stage | reason | count | meaning |", "|---|---|---:|---|"]
@@ -34,16 +34,20 @@ def reason_counts(by_reason: dict[str, int]) -> dict[str, int]:
     return counts
 
 
-def funnel_metadata(n_in: int, kept: int, ledger: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    """Numeric metadata (plotted across days by the UI) plus the reasons table."""
+def funnel_metadata(n_in: int, kept: int, rejected: Mapping[tuple[str, str], int], **extra: Any) -> dict[str, Any]:
+    """Numeric metadata (plotted across days by the UI) plus the reasons table; `rejected`:
+    lines or traces stopped, per (stage, reason)."""
+    by_reason: Counter = Counter()
+    for (_, reason), n in rejected.items():
+        by_reason[reason] += n
     meta: dict[str, Any] = {
         "dagster/row_count": kept,
         "in": n_in,
         "kept": kept,
-        "rejected": len(ledger),
+        "rejected": sum(rejected.values()),
         "kept_share": round(kept / n_in, 4) if n_in else 0.0,
-        "reasons": MetadataValue.md(reasons_table(ledger)),
-        **reason_counts(Counter(row["reason"] for row in ledger)),
+        "reasons": MetadataValue.md(reasons_table(rejected)),
+        **reason_counts(by_reason),
     }
     meta.update(extra)
     return meta

@@ -46,7 +46,7 @@ import orjson
 
 from shopdistill_assets.core.tokens import count_tokens, load_tokenizer
 from shopdistill_assets.corpus.dialects import PRIMARY, TOOL_SCHEMAS
-from shopdistill_assets.corpus.reasons import Check, Reason, Rejection, Stage, run_checks
+from shopdistill_assets.corpus.reasons import FAILED, Check, Reason, Rejection, Stage, run_checks
 
 Policy = Literal["keep", "reject"]
 MESSAGE_OVERHEAD_TOKENS = 8  # role markers and separators of a chat template turn
@@ -288,6 +288,10 @@ FORMAT_CHECKS: tuple[Check, ...] = (
 )
 
 
+# The format gate's guard before its checks (messages not in the canonical shape): its counter.
+SHAPE_FAILED_KEY = (str(Stage.FORMAT_GATE), str(Reason.DIALECT_VIOLATION), FAILED)
+
+
 def format_gate(
     row: dict, cfg: GateConfig | None = None, tokenizer: Any | None = None, *, messages: Any = None,
     counts: Counter | None = None,
@@ -295,7 +299,7 @@ def format_gate(
     """The first failing format check of a canonical trace (FORMAT_CHECKS order), or None.
 
     `messages`: the row's `messages` column already parsed, if the caller has it (read only).
-    `counts`: see reasons.run_checks.
+    `counts`: see reasons.run_checks (and SHAPE_FAILED_KEY for the guard).
     """
     if messages is None:
         try:
@@ -304,6 +308,8 @@ def format_gate(
             messages = None
     calls = _calls(messages) if isinstance(messages, list) else "messages is not a JSON list"
     if isinstance(calls, str):  # not the canonical shape a reader writes: a bug or a hand-made row
+        if counts is not None:
+            counts[SHAPE_FAILED_KEY] += 1
         return Rejection(str(Stage.FORMAT_GATE), str(Reason.DIALECT_VIOLATION), calls)
     trace = TraceUnderCheck(row, messages, calls, cfg or GateConfig(), tokenizer)
     return run_checks(FORMAT_CHECKS, trace, counts=counts)

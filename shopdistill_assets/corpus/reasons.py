@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -102,6 +102,9 @@ class Rejection:
         return cls(_reason_stage()[reason], str(reason), detail)
 
 
+PASSED, FAILED = "passed", "failed"  # a check's two counters
+
+
 @dataclass(frozen=True, eq=False)
 class Check:
     """One named check of the flow (the datatrove habit): its reason code, its stage, what a
@@ -113,6 +116,13 @@ class Check:
     stage: Stage
     meaning: str
     test: Callable[..., str | None] | None = None
+    # Its counters' keys in a funnel Counter, (stage, reason, PASSED | FAILED): built once.
+    passed_key: tuple[str, str, str] = field(init=False, repr=False)
+    failed_key: tuple[str, str, str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "passed_key", (str(self.stage), self.reason, PASSED))
+        object.__setattr__(self, "failed_key", (str(self.stage), self.reason, FAILED))
 
     def __call__(self, *args: Any) -> Rejection | None:
         assert self.test is not None, f"{self.reason} is decided by its stage, not tested alone"
@@ -125,14 +135,30 @@ class Check:
 
 def run_checks(checks: Sequence[Check], *args: Any, counts: Counter | None = None) -> Rejection | None:
     """The first failing check of `checks` (in order) on `args`, or None. `counts`, when given,
-    counts each check run as (reason, "passed" | "failed"): the stage's funnel."""
+    counts each check run (see count_run): the stage's funnel."""
     for check in checks:
         rejection = check(*args)
-        if counts is not None:
-            counts[check.reason, "passed" if rejection is None else "failed"] += 1
         if rejection is not None:
+            if counts is not None:
+                count_run(checks, check.reason, counts)
             return rejection
+    if counts is not None:
+        count_run(checks, None, counts)
     return None
+
+
+def count_run(checks: Sequence[Check], failed: str | None, counts: Counter, n: int = 1) -> None:
+    """Count `n` traces' run through `checks` (in order) into `counts`, keyed (stage, reason,
+    PASSED | FAILED): every check before the one whose reason is `failed` passed, that one
+    failed, none after it ran; `failed` None: all passed. A negative `n` takes runs back out
+    (the copies a later upload superseded, corpus/check_funnel.py)."""
+    for check in checks:
+        if check.reason == failed:
+            counts[check.failed_key] += n
+            return
+        counts[check.passed_key] += n
+    if failed is not None:
+        raise ValueError(f"{failed!r} is not one of the checks {[c.reason for c in checks]}")
 
 
 def trace_checks() -> tuple[Check, ...]:

@@ -42,7 +42,7 @@ from typing import Any, Literal
 import orjson
 
 from shopdistill_assets.corpus.dialects import CATALOGUE_TOOLS, PRIMARY
-from shopdistill_assets.corpus.reasons import Check, Rejection, Stage
+from shopdistill_assets.corpus.reasons import Check, Rejection, Stage, count_run
 
 Label = Literal["agentic", "subtask", "reject"]
 _DIGITS = b"0123456789"
@@ -233,13 +233,21 @@ _UNPARSED = object()
 
 
 def classify(row: dict, cfg: StructuralConfig | None = None, *, messages: Any = None,
-             evidence: Any = _UNPARSED) -> StructuralDecision:
+             evidence: Any = _UNPARSED, counts: Counter | None = None) -> StructuralDecision:
     """Label one canonical trace agentic / subtask / reject, with the evidence behind it.
 
     `messages`, `evidence`: the row's `messages` and `proxy_evidence` columns already parsed
     (see `parse_messages`, `parse_evidence`; the fused corpus pass has them as objects).
+    `counts`: the STRUCTURAL_CHECKS' counters (reasons.count_run): a trace passes each check
+    the classifier did not reject it with, up to the one it did.
     """
-    cfg = cfg or StructuralConfig()
+    decision = _classify(row, cfg or StructuralConfig(), messages, evidence)
+    if counts is not None:
+        count_run(STRUCTURAL_CHECKS, decision.reason, counts)
+    return decision
+
+
+def _classify(row: dict, cfg: StructuralConfig, messages: Any, evidence: Any) -> StructuralDecision:
     if messages is None:
         messages = parse_messages(row.get("messages"))
     turns, thinks = _dialogue_facts(messages)
