@@ -141,7 +141,8 @@ def test_a_rollout_job_with_vllm_gets_the_whole_gpu_node_and_only_s3_uris(moto_s
     catalog, _ = _world(tmp_path, 1)
     values = rollout_job.job_values(TrainRolloutsConfig(), ref=ref, name="sft-0123456789abcdef", store=store,
                                     catalog_uri=rollout_job.catalog_uri(catalog, store, launcher), launcher=launcher,
-                                    run_key="r1", run_id="r2", problems_uri="s3://lake/snapshots/train_problems/v-1/g-1")
+                                    run_key="r1", run_id="r2",
+                                    problems_uri="s3://lake/snapshots/train_problems/v-1/g-1")
     assert values["backend"] == "vllm" and values["tensor_parallel_size"] == 8 and values["samples"] == 8
     assert (values["concurrency"], values["max_new_tokens"]) == (128, 2048)  # vLLM batches; Qwen3 thinks
     uris = {k: values[k] for k in ("model", "problems", "catalog", "output")}

@@ -162,8 +162,8 @@ def test_train_rollouts_run_as_a_job_beside_the_model(trained):
     assert manifest["checkpoint"]["version"] == sft and manifest["policy"] == f"sft-{sft}"
     job = manifest["rollout_job"]
     run = trained.chain.run_id
-    assert job["backend"] == "hf" and job["uri"] == str(trained.home / "checkpoints" / ".runs" / "train_rollouts" / run /
-                                                        f"{run}.parquet")
+    runs = trained.home / "checkpoints" / ".runs" / "train_rollouts"
+    assert job["backend"] == "hf" and job["uri"] == str(runs / run / f"{run}.parquet")
     log = (trained.root / "train-runs" / "train_rollouts" / run / "stage.log").read_text()
     assert f"rollouts: 5 problems x 2: {m['successes']} of 10 succeeded" in log
     rollouts = trained.lake.read_snapshot("train_rollouts", m["version"])
@@ -336,7 +336,8 @@ def test_rollouts_episode_deadline_is_configurable(trained):
 # ---------------------------------------------------------------- a stage as a pod runs it
 
 
-def _sft_snapshot(folder: Path, n: int) -> Path:
+def _sft_snapshot(folder: Path, n: int, method: str = "sft") -> Path:
+    """A dataset snapshot of n two-step trajectories: SFT rows (scored 1) or Dr. GRPO prompts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -354,8 +355,12 @@ def _sft_snapshot(folder: Path, n: int) -> Path:
                         "name": "recommend_product", "arguments": json.dumps({"product_ids": str(i)})}}]}]
         traces.append({"trace_id": f"t{i}", "problem_id": f"p{i}", "query": "q", "category": "Product",
                        "messages": json.dumps(messages), "tools": tools})
-    table = rows.to_table(rows.sft_rows(traces, "corpus"), rows.SFT_SCHEMA)
     folder.mkdir(parents=True, exist_ok=True)
+    if method == "dr_grpo":
+        prompts = rows.to_table(list(rows.grpo_rows(traces, "teacher")), rows.GRPO_SCHEMA)
+        pq.write_table(prompts, folder / "part-0.parquet")
+        return folder
+    table = rows.to_table(rows.sft_rows(traces, "corpus"), rows.SFT_SCHEMA)
     pq.write_table(table.append_column("score", pa.array([1.0] * n)), folder / "part-0.parquet")
     return folder
 
@@ -458,24 +463,28 @@ def test_lora_is_a_flag_and_publishes_a_merged_full_model(tmp_path):
     assert merged.state_dict()[up].equal(original.state_dict()[up])
 
 
-def test_a_stage_with_no_row_within_the_length_rule_writes_no_checkpoint(tmp_path):
-    """Rows there, none left after the length rule (counted after TRL's tokenization): the stage
-    says so, reports `nothing_to_learn` with the counts, and writes no checkpoint (the asset then
+@pytest.mark.parametrize("method, lengths", [("sft", {"max_length": 8}),
+                                             ("dr_grpo", {"max_tokens": 40, "max_completion_length": 32})])
+def test_a_stage_with_no_row_within_the_length_rule_writes_no_checkpoint(method, lengths, tmp_path):
+    """Rows there, none left after the length rule (counted after tokenization): the stage says
+    so, reports `nothing_to_learn` with the counts, and writes no checkpoint (the asset then
     passes the parent on as `trained: false`), never a 0-step checkpoint marked trained."""
     from shopdistill_assets.training.tiny_model import build_tiny_model
 
+    dataset = _sft_snapshot(tmp_path / "snapshot", 3, method)
     config = tmp_path / "stage.yaml"
-    config.write_text(json.dumps({"stage": "sft", "model_name_or_path": str(build_tiny_model(tmp_path / "base")),
-                                  "output_dir": str(tmp_path / "out"), "max_length": 8, "report_to": [],
-                                  "dataset": str(_sft_snapshot(tmp_path / "snapshot", 3)), "lineage": {"days": []}}))
-    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages" / "sft.py"
+    config.write_text(json.dumps({"stage": method, "model_name_or_path": str(build_tiny_model(tmp_path / "base")),
+                                  "output_dir": str(tmp_path / "out"), "report_to": [], "dataset": str(dataset),
+                                  "lineage": {"days": []}, **lengths}))
+    script = Path(__file__).resolve().parents[1] / "shopdistill_assets" / "training" / "stages" / f"{method}.py"
     done = subprocess.run([sys.executable, str(script), "--config", str(config)], capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = next(json.loads(line)["materialization"] for line in done.stdout.splitlines()
                   if line.startswith('{"materialization"'))
+    read = pl.read_parquet(dataset).height
     assert report["status"] == "nothing_to_learn" and "within 8 tokens" in report["reason"]
-    assert (report["rows_read"], report["rows"], report["rows_too_long_dropped"]) == (3, 0, 3)
+    assert (report["rows_read"], report["rows"], report["rows_too_long_dropped"]) == (read, 0, read)
     assert not (tmp_path / "out" / "checkpoint").exists()
 
 
