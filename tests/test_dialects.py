@@ -252,6 +252,12 @@ def test_the_typed_decode_checks_what_it_skips(day_lines):
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(big)
     assert _one(big).get("reason") is None and _one(big)["trace_id"] == _one(day_lines[0])["trace_id"]
+    # An inference call's response is read (decoded with the record): an overflow there is the
+    # line's JSON fault, as the generic decode says, not a reader failure.
+    calls = [c for step in rec["dialogue"] for c in step["extra_info"]["proxy_calls"]]
+    at = next(i for i, c in enumerate(calls) if c["path"].startswith("/inference"))
+    calls[at]["response"]["usage"] = {"completion_tokens": "@@"}
+    assert _reason(orjson.dumps(rec).replace(b'"@@"', b"1e400")) == "json_decode"
 
 
 def test_raw_line_is_truncated_in_the_ledger():

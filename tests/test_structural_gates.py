@@ -322,6 +322,21 @@ def test_too_long(records):
     assert fmt(records, "1", lambda r: msg(r, 1).update(think="word " * 12_000)) == "too_long"
 
 
+@pytest.mark.parametrize("think", ["plain ASCII 123 ", "non-ASCII ₱ 12 \U0001f6d2 ", "99999 "])
+def test_too_long_decides_as_the_full_count_at_every_limit(records, think):
+    """A trace is counted only when its length cannot bound it under the limit: the verdict is
+    the full count's at every limit around it, for ASCII text, multi-byte text and digits."""
+    row = edited(records, "1", lambda r: msg(r, 1).update(think=think * 300))
+    n = trace_tokens(orjson.loads(row["messages"]), row["tools"])
+    chars = len("\n".join(p for m in orjson.loads(row["messages"]) for p in (m.get("content"), m.get("reasoning_content"))
+                          if isinstance(p, str)))
+    for limit in sorted({n - 1, n, n + 1, chars // 2, chars, chars * 4 // 3, chars * 2, 14336}):
+        rejection = format_gate(row, GateConfig(max_tokens=limit))
+        assert (rejection is not None and rejection.reason == "too_long") == (n > limit), (limit, n)
+        if rejection is not None:
+            assert rejection.detail == f"{n} tokens > {limit}"
+
+
 def test_gate_rejection_becomes_ledger_row(records):
     row = trace(records["5"])
     ledger = ledger_row_for_trace(row, format_gate(row))

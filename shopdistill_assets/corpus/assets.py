@@ -55,7 +55,7 @@ from shopdistill_assets.corpus.structural import StructuralConfig
 from shopdistill_assets.ingest.assets import RAW_FIREHOSE, raw_firehose
 from shopdistill_assets.partitions import daily_partitions
 
-CODE_VERSION = "corpus-6"  # bump when a per-row rule or the table layout changes
+CODE_VERSION = "corpus-7"  # bump when a per-row rule or the table layout changes
 TABLES = parts.TABLES
 normalized_traces, agentic_traces, subtask_traces, gated_traces, rejected_traces = (AssetKey(t) for t in TABLES)
 _LEDGER_STAGES = ("read", "normalize", "dedupe")  # the stages before the checks: normalized_traces' funnel

@@ -118,40 +118,42 @@ def _takes(kind: str, v: Any) -> bool:
     return isinstance(v, _JSON_KINDS.get(kind, ()))
 
 
-def _value_error(key: str, v: Any, spec: dict) -> str | None:
-    """Why the tool cannot take `v` for parameter `key`; None when it can. Only the type is
-    checked: the server ignores values it does not understand (tool_specs.py)."""
+def _kinds(spec: dict) -> tuple[str, ...]:
     kinds = spec.get("type", ())
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    if kinds and not any(_takes(k, v) for k in kinds):
-        return f"{key} must be {' or '.join(kinds)}, not {type(v).__name__}"
-    return None
+    return (kinds,) if isinstance(kinds, str) else tuple(kinds)
+
+
+# Per tool: its required parameters, and each parameter's JSON types (read once from TOOL_SCHEMAS).
+_PARAMETERS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
+    name: (tuple(schema["function"]["parameters"]["required"]),
+           {key: _kinds(spec) for key, spec in schema["function"]["parameters"]["properties"].items()})
+    for name, schema in TOOL_SCHEMAS.items()
+}
 
 
 def argument_error(name: str, arguments: Any, allow_extra: bool = False) -> str | None:
-    """Why `arguments` (JSON text) is not valid for tool `name`; None when it is."""
-    params = TOOL_SCHEMAS[name]["function"]["parameters"]
+    """Why `arguments` (JSON text) is not valid for tool `name`; None when it is. Only the types
+    are checked: the server ignores values it does not understand (tool_specs.py)."""
+    required, kinds_of = _PARAMETERS[name]
     try:
         args = orjson.loads(arguments) if isinstance(arguments, str) else None
     except orjson.JSONDecodeError:
         args = None
     if not isinstance(args, dict):
         return "arguments are not a JSON object"
-    for key in params["required"]:
+    for key in required:
         if args.get(key) is None:
             return f"missing required {key}"
-    props = params["properties"]
     for key, v in args.items():
-        spec = props.get(key)
-        if spec is None:
+        kinds = kinds_of.get(key)
+        if kinds is None:
             if allow_extra:
                 continue
             return f"unknown argument {str(key)[:40]!r}"
-        if v is None:
-            continue  # optional and null: the tools treat it as absent
-        err = _value_error(key, v, spec)
-        if err:
-            return err
+        if v is None or not kinds or (type(v) is str and kinds[0] == "string"):
+            continue  # null: the tools treat it as absent; a string where one is taken: the common case
+        if not any(_takes(k, v) for k in kinds):
+            return f"{key} must be {' or '.join(kinds)}, not {type(v).__name__}"
     return None
 
 
@@ -185,8 +187,9 @@ def _pairing_error(messages: list[dict]) -> str | None:
     return None
 
 
-def trace_tokens(messages: list[dict], tools_json: str, tokenizer: Any | None = None) -> int:
-    """Tokens of the trace as a chat template would render it (tools in the system turn)."""
+def _rendered(messages: list[dict], tools_json: str) -> tuple[list[str], int]:
+    """The texts a chat template renders of the trace (tools in the system turn), and the
+    tokens of its markup."""
     parts = [tools_json or ""]
     overhead = MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
     for m in messages:
@@ -196,7 +199,13 @@ def trace_tokens(messages: list[dict], tools_json: str, tokenizer: Any | None = 
             parts.append(c["function"]["name"])
             parts.append(c["function"]["arguments"])
             overhead += CALL_OVERHEAD_TOKENS
-    return overhead + count_tokens("\n".join(p for p in parts if isinstance(p, str)), tokenizer)
+    return [p for p in parts if isinstance(p, str)], overhead
+
+
+def trace_tokens(messages: list[dict], tools_json: str, tokenizer: Any | None = None) -> int:
+    """Tokens of the trace as a chat template would render it (tools in the system turn)."""
+    parts, overhead = _rendered(messages, tools_json)
+    return overhead + count_tokens("\n".join(parts), tokenizer)
 
 
 def _calls(messages: list[dict]) -> list[dict] | str:
@@ -264,7 +273,15 @@ def _bad_product_ids(t: TraceUnderCheck) -> str | None:
 
 def _too_long(t: TraceUnderCheck) -> str | None:
     tokenizer = t.tokenizer if t.tokenizer is not None or not t.cfg.tokenizer_path else load_tokenizer(t.cfg.tokenizer_path)
-    n = trace_tokens(t.messages, t.row.get("tools") or "", tokenizer)
+    parts, overhead = _rendered(t.messages, t.row.get("tools") or "")
+    if tokenizer is None:
+        # The estimate (core/tokens.py) counts a token per digit or per 3 other UTF-8 bytes: at
+        # most one a character of ASCII text, 4/3 of one otherwise (a character is at most 4
+        # bytes). A trace whose length bounds it under the limit needs no count.
+        chars = sum(map(len, parts)) + len(parts)  # the joined text's length, and one
+        if overhead + (chars if all(map(str.isascii, parts)) else -(-4 * chars // 3)) <= t.cfg.max_tokens:
+            return None
+    n = overhead + count_tokens("\n".join(parts), tokenizer)
     return f"{n} tokens > {t.cfg.max_tokens}" if n > t.cfg.max_tokens else None
 
 

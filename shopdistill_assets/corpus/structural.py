@@ -103,13 +103,17 @@ def parse_messages(messages_json: Any) -> Any:
 
 def _dialogue_facts(messages: Any) -> tuple[list[list[str]], list[str]]:
     """(tool names per assistant turn, think per assistant turn) from the parsed messages."""
-    turns, thinks = [], []
-    for m in messages if isinstance(messages, list) else []:
+    turns: list[list[str]] = []
+    thinks: list[str] = []
+    for m in messages if isinstance(messages, list) else ():
         if not isinstance(m, dict) or m.get("role") != "assistant":
             continue
-        calls = m.get("tool_calls") or []
-        names = [c["function"]["name"] for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
-        turns.append([n for n in names if isinstance(n, str)])
+        names = []
+        for c in m.get("tool_calls") or ():
+            fn = c.get("function") if isinstance(c, dict) else None
+            if isinstance(fn, dict) and isinstance(name := fn["name"], str):
+                names.append(name)
+        turns.append(names)
         think = m.get("reasoning_content")
         thinks.append(think if isinstance(think, str) else "")
     return turns, thinks
@@ -178,14 +182,14 @@ def _shape_head(think: str) -> tuple[str, ...]:
 
 def _templated(thinks: list[str], cfg: StructuralConfig) -> bool:
     """Whether one shape holds at least `templated_share` of the thinks."""
-    if Counter(map(_shape_head, thinks)).most_common(1)[0][1] / len(thinks) < cfg.templated_share:
+    if max(Counter(map(_shape_head, thinks)).values()) / len(thinks) < cfg.templated_share:
         return False
-    return Counter(map(_think_shape, thinks)).most_common(1)[0][1] / len(thinks) >= cfg.templated_share
+    return max(Counter(map(_think_shape, thinks)).values()) / len(thinks) >= cfg.templated_share
 
 
 def _think_signals(thinks: list[str], cfg: StructuralConfig) -> dict[str, int]:
     out: dict[str, int] = {}
-    if thinks and median(len(t) for t in thinks) < cfg.terse_think_chars:
+    if thinks and median(list(map(len, thinks))) < cfg.terse_think_chars:
         out["terse_thinks"] = 1
     if len(thinks) >= cfg.templated_min_turns and _templated(thinks, cfg):
         out["templated_thinks"] = 1
@@ -194,10 +198,14 @@ def _think_signals(thinks: list[str], cfg: StructuralConfig) -> dict[str, int]:
 
 def _proxy_signals(steps: list[tuple[list[dict], int, int]], turns: list[list[str]], cfg: StructuralConfig) -> tuple[dict, dict]:
     """(signal -> points, counts) for a primary trace with a proxy log."""
-    inference = [c for s in steps for c in s[0]]
-    searches = sum(s[1] for s in steps)
-    n_calls = sum(len(s[0]) + s[1] + s[2] for s in steps)
-    busy = [bool(s[0] or s[1] or s[2]) for s in steps]
+    inference: list[dict] = []
+    searches = n_calls = 0
+    busy = []
+    for step_inference, step_searches, step_other in steps:
+        inference += step_inference
+        searches += step_searches
+        n_calls += len(step_inference) + step_searches + step_other
+        busy.append(bool(step_inference or step_searches or step_other))
     dialogue_catalogue = sum(1 for names in turns for n in names if n in CATALOGUE_TOOLS)
     n_steps = max(len(turns), 1)
     sig: dict[str, int] = {}
@@ -208,11 +216,16 @@ def _proxy_signals(steps: list[tuple[list[dict], int, int]], turns: list[list[st
     elif dialogue_catalogue and abs(searches - dialogue_catalogue) <= 1:
         sig["search_matches"] = -1
     if inference:
-        if sum(_is_classify_call(c, cfg) for c in inference) / len(inference) >= cfg.classify_share:
+        classify = emits = tools = 0
+        for c in inference:  # one pass: a few calls a step, every primary trace
+            classify += _is_classify_call(c, cfg)
+            emits = emits or bool(c.get("emits_tool_call"))
+            tools = tools or bool(c.get("tools"))
+        if classify / len(inference) >= cfg.classify_share:
             sig["classify_calls"] = 2
-        if any(c.get("emits_tool_call") for c in inference):
+        if emits:
             sig["emits_tool_call"] = -2
-        if any(c.get("tools") for c in inference):
+        if tools:
             sig["native_tools"] = -2
         per_step = len(inference) / n_steps
         if 0.5 <= per_step <= 2:

@@ -62,9 +62,10 @@ def _primary_step(step: Step, i: int, convo: _Dialogue) -> Rejection | None:
     if convo.n_tool_calls + len(raw_calls) > MAX_TOOL_CALLS:
         return _over_limit("tool calls", convo.n_tool_calls + len(raw_calls), MAX_TOOL_CALLS)
     calls, results = [], []
+    where = _Where("dialogue", i)
     for k, item in enumerate(raw_calls):
-        call = _tool_call(item, _Where("dialogue", i), convo, i, k)
-        if isinstance(call, Rejection):
+        call = _tool_call(item, where, convo, i, k)
+        if type(call) is not dict:
             return call
         calls.append(call)
         if item.result is not UNSET:  # results ride on the call; absent -> no tool turn (unpaired)

@@ -9,9 +9,10 @@ skipped; catalogue calls dispatched as POSTs without `params` are /search/ calls
 inference requests carrying the prompt (`messages`) and whole responses change nothing here
 (only a head of the completion is kept).
 
-Hot path (a few calls a step, every step of every primary trace): typed records (shapes.py;
-an inference call's response is decoded only for inference calls) and exact-type tests only, and a cache of what each distinct path means, since a day's calls go
-to a handful of paths.
+Hot path (a few calls a step, every step of every primary trace): typed records (shapes.py:
+an inference call's response is decoded with the record, a search call's products skipped)
+and exact-type tests only, and a cache of what each distinct path means, since a day's calls
+go to a handful of paths.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 import orjson
 
 from shopdistill_assets.corpus.dialects.shapes import (
-    INFERENCE_RESPONSE,
     Choice,
     ChoiceMessage,
     ExtraInfo,
@@ -74,7 +74,7 @@ def _inference_summary(call: ProxyCall) -> dict:
             out["tools"] = True
         if body.response_format is not None:
             out["response_format"] = True
-    response = INFERENCE_RESPONSE.decode(call.response)
+    response = call.response
     if type(response) is InferenceResponse:
         usage = response.usage
         ct = usage.completion_tokens if type(usage) is Usage else None

@@ -97,7 +97,10 @@ class ProxyCall(Struct, frozen=True):
     kind: Any = "summary"
     timestamp: Any = None
     json_data: _loose(RequestBody) = None
-    response: Raw = Raw(b"null")  # decoded (INFERENCE_RESPONSE) for inference calls only
+    # An inference call's response is an object: its usage and first choice are decoded with
+    # the record, the rest skipped. A search call's is a list of products (most of the log's
+    # bytes): its items are skipped, left undecoded.
+    response: Union[InferenceResponse, list[Raw], str, int, float, bool, None] = None  # noqa: UP007
     response_truncated: Any = None
     response_length: Any = None
 
@@ -148,7 +151,6 @@ class ProblemRun(Struct, frozen=True):
 EMPTY_EXTRA = ExtraInfo()
 EMPTY_PROBLEM = Problem()
 PROBLEM_RUN = msgspec.json.Decoder(ProblemRun)
-INFERENCE_RESPONSE = msgspec.json.Decoder(_loose(InferenceResponse))
 STEPS = list[Step]
 
 # ---- a failed decode -> the ledger's reason -----------------------------------------------
