@@ -17,6 +17,7 @@ against lines, in MB per 100k lines: flat is ~0. Target (issue 10): <= 1 GB at 1
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -75,9 +76,8 @@ def run_dagster(firehose_root: Path, day: str, out: Path, workers: int | None) -
 
 def one_run(mode: str, firehose_root: Path, day: str, workers: int | None) -> None:
     """Child process: run one mode, print its figures as one JSON line."""
-    import dagster  # noqa: F401  (imported before the clock and the sampler: imports are not the path)
-
-    import shopdistill_assets.corpus.assets  # noqa: F401
+    for module in ("dagster", "shopdistill_assets.corpus.assets"):  # before the clock and the sampler
+        importlib.import_module(module)  # imports are not the path
 
     base = tree_bytes(os.getpid(), *PSS)
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp, TreeMemorySampler(0.05, *PSS) as sampler:

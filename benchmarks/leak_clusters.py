@@ -100,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
           f"ours {args.n / t_ours:,.0f} docs/s | ratio {ratio:.2f}× (floor 1.0) | signatures identical")
 
     index = LeakIndex.new(cfg)
-    update, t_build = timed(f"build: add_day with {args.n} new problems", index.add_day, "2026-01-01",
+    update, _ = timed(f"build: add_day with {args.n} new problems", index.add_day, "2026-01-01",
                             [ProblemRef(f"p{i}", t) for i, t in enumerate(texts)])
     sizes = np.bincount([len(m) for m in index.members.values()])
     print(f"  clusters {len(index.members):,} | largest {len(sizes) - 1} | counts {update.counts}")
-    blob, t_dump = timed("to_state", index.to_state)
+    blob, _ = timed("to_state", index.to_state)
     loaded, t_load = timed("from_state (incl. LSH rebuild)", LeakIndex.from_state, blob)
     print(f"  state {len(blob) / 2**20:.1f} MiB")
 

@@ -59,10 +59,6 @@ class ArtifactNotReleased(OroApiError):
     """The artifact exists but is embargoed for now (ARTIFACT_NOT_RELEASED, RACE_IN_FLIGHT)."""
 
 
-class TruncatedDownload(OroApiError):
-    """A presigned download ended before its Content-Length."""
-
-
 @dataclass
 class CallStats:
     """What the calls cost, for the asset's metadata (counters only: nothing secret)."""

@@ -72,12 +72,6 @@ default_automation_condition_sensor = AutomationConditionSensorDefinition(
 SENSORS = [firehose_day_sensor, oro_api_day_sensor, *TRAINING_SENSORS, default_automation_condition_sensor]
 
 
-def shopdistill_home():
-    from pathlib import Path
-
-    return Path(settings.resolve_roots().home)
-
-
 def _endpoint():
     # An unset endpoint means AWS itself: an EnvVar of an unset variable would fail to resolve.
     return EnvVar(settings.S3_ENDPOINT_URL) if os.environ.get(settings.S3_ENDPOINT_URL) else None

@@ -50,8 +50,6 @@ ROW_GROUP_ROWS = 2_000  # rows of a trace table's row group, about (see the modu
 BATCH_ROWS = 2_000  # lines decided at a time
 BATCH_BYTES = 8 * 1024 * 1024  # raw bytes of a batch of lines: rejected lines' text is held per batch only
 LEDGER_GROUP_ROWS = 1024  # a ledger row keeps up to 64 KiB of raw line: row groups stay <= ~64 MiB
-# Intermediate parts are written uncompressed (fast); the lake's parts are zstd.
-STAGING_OPTIONS: dict[str, Any] = {"compression": "none", "use_dictionary": False}
 # zstd level 1: within a few percent of level 3 on trace text, and several times faster to write.
 FINAL_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": True,
                                  "write_statistics": True, "version": "2.6", "data_page_version": "1.0"}

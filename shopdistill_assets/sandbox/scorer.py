@@ -101,11 +101,6 @@ def extract_recommendation(tool_calls: Iterable[tuple[str, Any]]) -> tuple[list[
     return ids, ("ok" if ids else "no_product_ids")
 
 
-def last_recommendation(tool_calls: Iterable[tuple[str, Any]]) -> list[str] | None:
-    """The ids of the last usable `recommend_product` call among (name, arguments) pairs."""
-    return extract_recommendation(tool_calls)[0]
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -19,7 +19,6 @@ from shopdistill_assets.sandbox.catalog import SERVICES, Catalog, document_conte
 PAGE_SIZE = 10
 MAX_PAGE = 5
 TARGET_HITS = PAGE_SIZE * MAX_PAGE  # the server keeps the best 50 that pass the filters
-SORTS = ("priceasc", "pricedesc", "order", "default")
 SEARCH_FIELDS = ("product_id", "shop_id", "title", "price", "service", "sold_count")
 _TOKEN = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 SORT_OPTIONS = ["priceasc", "pricedesc", "order", "default"]
-SERVICE_OPTIONS = ["official", "freeShipping", "COD", "flashsale", "default"]
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from shopdistill_assets.instance import project_home
 from shopdistill_assets.sandbox import Problem, load_suite
 
 HELDOUT_ASSET = "heldout_eval_set"
@@ -80,16 +79,3 @@ def load_problems(path: Path) -> list[Problem]:
 def newest_heldout_version(versions: list[str], as_of_day: Callable[[str], str]) -> str | None:
     """The snapshot built on the latest leak_clusters day (ties: the greatest version)."""
     return max(versions, key=lambda v: (as_of_day(v), v), default=None)
-
-
-def default_heldout_path() -> Path:
-    """The newest `heldout_eval_set` snapshot in the project home's (local) lake."""
-    root = project_home() / "lake" / HELDOUT_ASSET
-    versions = [p.name for p in root.glob("*") if (p / "manifest.json").exists()]
-    newest = newest_heldout_version(
-        versions, lambda v: json.loads((root / v / "manifest.json").read_text()).get("as_of_day", ""))
-    if newest is None:
-        raise FileNotFoundError(
-            f"no {HELDOUT_ASSET} snapshot under {root}: run `shopdistill corpus …` (or `shopdistill demo`) first, "
-            "or pass --heldout PATH")
-    return root / newest
