@@ -60,21 +60,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--base-model", default=None, help="start from this model (a Hugging Face id such as "
                    "Qwen/Qwen3-0.6B, or a local folder) instead of building a random small Qwen3: a base that "
                    "already reads and copies (--size, --vocab and --whole-pieces then do not apply)")
-    p.add_argument("--size", default="small", help="model size (tiny_model.SMALL_SIZES)")
+    p.add_argument("--size", default="h128l4", help="model shape (tiny_model.SMALL_SIZES); h128l4 learned the most "
+                   "per CPU-minute in the pilots (benchmarks/results/distill/README.md)")
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--whole-pieces", action=argparse.BooleanOptionalAction, default=True,
-                   help="the fixed prompt (system prompt, each tool schema) and the catalogue's product and shop ids "
-                   "are one token each: rows ~2.3x shorter, and copying an id is copying one token")
-    p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=False,
-                   help="spaces and punctuation split off every word (tiny_model.IDENTITY_SPLIT): a word, number or "
-                   "id is the same tokens wherever it stands; measured (--copies-only): 31.5 -> 41.7 %% of tool-call content "
-                   "tokens copy a context token, but rows 1.77x longer (benchmarks/results/distill/README.md)")
+                   help="the fixed prompt (system prompt, each tool schema) is one token a piece: rows ~2x shorter")
+    p.add_argument("--whole-ids", action=argparse.BooleanOptionalAction, default=False,
+                   help="catalogue product and shop ids one token each; measured: their embeddings collapse and the "
+                   "model never copies one (benchmarks/results/distill/README.md), so ids are digit groups by default")
+    p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=True,
+                   help="spaces and punctuation split off every word and number (tiny_model.IDENTITY_SPLIT): a word, "
+                   "a number or an id is the same tokens wherever it stands, so a copy is a lookup, not a mapping")
+    p.add_argument("--pretrain-steps", type=int, default=800, help="the base reads arena text first (training/"
+                   "arena_base.py: catalogue browsing transcripts and train-side trajectories, loss on every token), "
+                   "one text a step; 0: the random base as it is")
+    p.add_argument("--pretrain-lr", type=float, default=2e-3)
+    p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
+                   "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
+                   "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
     p.add_argument("--copies-only", action="store_true", help="only measure, on one simulated day's successful "
                    "rows, the share of loss tokens copying a context token under each tokenizer (seconds), then exit")
     p.add_argument("--full-loss", action=argparse.BooleanOptionalAction, default=False,
                    help="sft stages: loss on every token of a row, not only the assistant turns (the forward pass "
                    "is paid for anyway); in a round 2 pilot it copied query words better, product ids worse")
-    p.add_argument("--max-length", type=int, default=2048)
+    p.add_argument("--max-length", type=int, default=4096, help="identity tokens: rows average ~2,300 tokens")
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step (sft stages; 1: no padding, "
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
     p.add_argument("--sft-steps", type=int, default=1200, help="1.25 CPU s a step with --whole-pieces in a pilot "
@@ -107,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.days, args.traces_per_day, args.problems_per_day = 2, 400, 80
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
-        args.heldout_share = 0.2
+        args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
     return args
 
 
@@ -160,13 +169,15 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
 
     rows = lake.read_snapshot("train_corpus", corpus_version).sort("trace_id").to_dicts()
     texts = render_conversations(rows[:: max(1, len(rows) // 400)])
-    pieces: list[str] = []
-    if args.whole_pieces:  # the catalogue is what the tools show, not any problem's answer
+    pieces: list[str] = [*fixed_prompt_pieces()] if args.whole_pieces else []
+    if args.whole_ids:  # the catalogue is what the tools show, not any problem's answer
         products = list(iter_documents(home / "arena" / "catalog" / "documents.jsonl.gz"))
-        ids = sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
-        pieces = [*fixed_prompt_pieces(), *ids]
-    path = build_small_model(home / "models" / f"qwen3-{args.size}", texts, size=args.size, vocab_size=args.vocab,
-                             seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens)
+        pieces += sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
+    path = build_small_model(home / "models" / f"qwen3-{args.size}-random", texts, size=args.size, vocab_size=args.vocab,
+                             seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens,
+                             max_positions=max(4096, args.max_length))
+    if args.pretrain_steps:
+        path = pretrain_base(args, path, rows, corpus_version, home)
     from transformers import AutoTokenizer
 
     from shopdistill_assets.training.tiny_model import loss_copy_share
@@ -176,6 +187,22 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
           f"{100 * copies['call_copies']:.1f}%), {copies['tokens_per_conversation']:.0f} tokens a row", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(path)
     return path
+
+
+def pretrain_base(args: argparse.Namespace, random_base: Path, rows: list[dict], corpus_version: str, home: Path) -> Path:
+    """The random base reads arena text (training/arena_base.py); the result is the base."""
+    from shopdistill_assets.training.arena_base import pretrain, pretraining_texts
+    from shopdistill_assets.training.tiny_model import build_tokenizer, render_conversations
+
+    texts = pretraining_texts(render_conversations(rows)[1:], home / "arena" / "catalog", args.pretrain_steps,
+                              args.seed, build_tokenizer(vocab_size=300), args.browsing_share)
+    out = home / "models" / f"qwen3-{args.size}"
+    card = pretrain(random_base, texts, out, lr=args.pretrain_lr, max_length=args.max_length, seed=args.seed,
+                    sources={"train_corpus": corpus_version, "train_corpus_rows": len(rows),
+                             "browsing_share": args.browsing_share, "catalog": "arena/catalog"})
+    print(f"   pretrained on arena text: {card['steps']} steps, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
+          f"{card['final_loss']}, {card['seconds']:.0f} s", flush=True)
+    return out
 
 
 def train(resources: dict, names: list[str], ops: dict[str, Any]) -> dict[str, Any]:
@@ -368,6 +395,20 @@ def run_training(args: argparse.Namespace, resources: dict, lake: Any, gated: st
     return {"sft_unfiltered": "normalized_traces", **{s: "split_traces" for s in CHAIN}}
 
 
+def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
+    """What the base is: given, random, or random then pretrained on arena text (its card)."""
+    if args.base_model:
+        return f"given ({checkpoint})"
+    from shopdistill_assets.training.arena_base import CARD
+
+    card = Path(checkpoint or "") / CARD
+    if not card.is_file():
+        return f"random init ({Path(checkpoint or '').name})"
+    read = json.loads(card.read_text())
+    return (f"random init + {read['steps']} steps ({read['tokens']:,} tokens) of arena text, loss on every token "
+            f"({Path(checkpoint or '').name}/{CARD})")
+
+
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],
            command: str, started: datetime, step_matches: dict[str, dict] | None = None) -> int:
     from shopdistill_assets.agent.policies_registry import lookup
@@ -383,8 +424,7 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
         heldout = manifest["heldout_version"]
         spec = lookup(policy)
         lineage = store.lineage(store.resolve(spec.checkpoint)) if spec.checkpoint and policy != "base" else None
-        note = {"fair": "scripted, no ground truth (ceiling)",
-                "base": f"given ({spec.checkpoint})" if args.base_model else f"random init ({Path(spec.checkpoint or '').name})"}
+        note = {"fair": "scripted, no ground truth (ceiling)", "base": base_note(args, spec.checkpoint)}
         rows.append(distill_report.row(policy, manifest["summary"], lineage, sources.get(policy), note.get(policy, ""),
                                        (step_matches or {}).get(policy)))
     goals = distill_report.targets(rows, ["base", *CHAIN])
@@ -392,7 +432,7 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
     total_cpu = sum(t[2] for t in TIMES)
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"
               f", held-out set `{heldout}` ({rows[0]['problems']} problems x {args.eval_samples} samples), base model "
-              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init)'}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
+              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init' + (f', then {args.pretrain_steps} steps of arena text)' if args.pretrain_steps else ')')}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
               f"(~{total_cpu / 120:.1f} min on two quiet cores).\n")
     folder = Path(store.root) / "reports" / f"distill-{started.strftime('%Y%m%dT%H%M%S')}"
     paths = distill_report.write(rows, folder, header, goals, {

@@ -281,3 +281,40 @@ def test_identity_tokens_make_a_copied_word_the_same_tokens():
     measured = loss_copy_share(identity, texts[1:])
     assert measured["call_content_tokens"] > 0 and 0 < measured["call_copies"] < 1  # keys and names are no copies
     assert measured["copies"] >= measured["call_copies"] * measured["call_content_tokens"] / measured["loss_content_tokens"]
+
+
+
+def test_the_arena_base_reads_catalogue_browsing_and_no_problem(heldout_arena, tmp_path):
+    """Browsing transcripts: searches made of the named product's words, ids copied from the page
+    in page order, no request of any problem; pretraining steps and records itself beside the weights."""
+    import random
+
+    from transformers import AutoModelForCausalLM
+
+    from shopdistill_assets.sandbox import write_catalog
+    from shopdistill_assets.sandbox.tools import Sandbox
+    from shopdistill_assets.training.arena_base import CARD, browsing_conversation, browsing_texts, pretrain
+    from shopdistill_assets.training.tiny_model import build_small_model, build_tokenizer
+
+    catalog, problems = heldout_arena
+    products = sorted(catalog, key=lambda p: p["product_id"])
+    conversation = browsing_conversation(products, Sandbox(catalog), random.Random(3))
+    named = conversation[0]["content"]
+    calls = [(m["tool_calls"][0]["function"], json.loads(m["tool_calls"][0]["function"]["arguments"]))
+             for m in conversation if m.get("tool_calls")]
+    pages = [json.loads(m["content"]) for m in conversation if m["role"] == "tool"]
+    assert [f["name"] for f, _ in calls][:2] == ["find_product", "view_product_information"]
+    assert all(word in named for f, args in calls if f["name"] == "find_product" for word in args["q"].split())
+    viewed = calls[1][1]["product_ids"].split(",")
+    assert viewed == [p["product_id"] for p in pages[0][: len(viewed)]]  # copies of the page, in its order
+
+    catalog_dir = tmp_path / "catalog"
+    write_catalog(catalog, catalog_dir / "documents.jsonl.gz")
+    texts = browsing_texts(catalog_dir, 6, 0, build_tokenizer(vocab_size=300))
+    assert len(texts) == 6 and all("<tool_response>" in t for t in texts)
+    assert not any(p.query in t for p in problems for t in texts)  # no request of any problem
+    base = build_small_model(tmp_path / "random", texts, size="h128l4", vocab_size=1200, identity=True)
+    card = pretrain(base, texts, tmp_path / "base", max_length=512, sources={"catalog": "test"})
+    assert card["steps"] == 6 and card["tokens"] > 6 * 100 and card["first_loss"] > card["final_loss"]
+    assert json.loads((tmp_path / "base" / CARD).read_text())["sources"] == {"catalog": "test"}
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "base").config.hidden_size == 128

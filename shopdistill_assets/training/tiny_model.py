@@ -215,6 +215,7 @@ def render_conversations(rows: list[dict], limit: int | None = None) -> list[str
 
 
 SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
+    "h128l4": (128, 4, 4, 2, 512),
     "small": (256, 4, 8, 4, 768),
     "medium": (384, 6, 6, 2, 1024),
 }

@@ -1,0 +1,129 @@
+"""A base that has read the arena: a short pretraining phase of a randomly initialised small Qwen3
+on arena text, standing in for the pretrained language model a real run starts from.
+
+A pretrained model arrives able to read and to copy: it has seen text that repeats itself and
+learned to attend to what came before. A random model has not, and the trajectories alone teach
+copying slowly (an id is copied once or twice in 1,500 tokens). So the base reads, with loss on
+every token:
+  - browsing transcripts of the catalogue (`browsing_texts`): a line naming a catalogue product,
+    find_product searches made of words of that line, the result pages the sandbox returns, and
+    view_product_information calls on the first results' ids; every id and search word is a copy
+    of something earlier in the text. They are built from the catalogue and the sandbox alone:
+    no problem, no request, no answer, held-out or not;
+  - train-side trajectories (`train_corpus` rows), whole, tool results included.
+It is part of the base, reported as such (`arena_pretraining.json` beside the weights), and sees
+no held-out problem: the corpus rows come from the train side of the split, the pages from the
+catalogue every agent searches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+CARD = "arena_pretraining.json"
+BROWSE_PROMPT = "Browse the catalogue: {}."
+
+
+def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))}}
+
+
+def browsing_conversation(products: list[dict[str, Any]], sandbox: Any, rng: random.Random,
+                          searches: int = 2) -> list[dict[str, Any]]:
+    """One browsing transcript: a product's title named, searches made of its words, their pages,
+    and a look at the first results (ids copied from the page, in page order)."""
+    named = products[rng.randrange(len(products))]
+    words = str(named.get("title") or "").lower().split()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": BROWSE_PROMPT.format(" ".join(words))}]
+    for n in range(searches):
+        picked = sorted(rng.sample(range(len(words)), min(len(words), rng.randint(2, 4))))  # in the line's order
+        q = " ".join(words[i] for i in picked) or "product"
+        call = _call(f"call_{2 * n}", "find_product", {"q": q, "page": 1})
+        page = sandbox.call("find_product", {"q": q, "page": 1}).content()
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)}]
+        if not isinstance(page, list) or not page:
+            continue
+        ids = ",".join(str(p["product_id"]) for p in page[: rng.randint(1, min(3, len(page)))])
+        view = _call(f"call_{2 * n + 1}", "view_product_information", {"product_ids": ids})
+        info = sandbox.call("view_product_information", {"product_ids": ids}).content()
+        messages += [{"role": "assistant", "content": "", "tool_calls": [view]},
+                     {"role": "tool", "tool_call_id": view["id"], "content": json.dumps(info, ensure_ascii=False)}]
+    return messages
+
+
+def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:
+    """`n` browsing transcripts of the catalogue, rendered with `renderer`'s chat template."""
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tools import Sandbox
+
+    catalog = load_catalog(catalog_dir)
+    sandbox = Sandbox(catalog)
+    products = sorted(catalog, key=lambda p: p["product_id"])
+    rng = random.Random(seed)
+    return [renderer.apply_chat_template(browsing_conversation(products, sandbox, rng), tokenize=False)
+            for _ in range(n)]
+
+
+def pretraining_texts(corpus_texts: list[str], catalog_dir: str | Path, steps: int, seed: int, renderer: Any,
+                      browsing_share: float = 0.5) -> list[str]:
+    """`steps` texts: browsing transcripts and train-side trajectories, shuffled (seeded)."""
+    n_browse = round(steps * browsing_share)
+    rng = random.Random(seed)
+    texts = browsing_texts(catalog_dir, n_browse, seed, renderer)
+    if corpus_texts:
+        texts += [corpus_texts[rng.randrange(len(corpus_texts))] for _ in range(steps - n_browse)]
+    rng.shuffle(texts)
+    return texts
+
+
+def pretrain(base: str | Path, texts: Iterable[str], out: str | Path, *, lr: float = 2e-3, max_length: int = 3072,
+             seed: int = 0, threads: int | None = None, sources: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One pass over `texts` (one text a step, loss on every token, AdamW, warmup then cosine);
+    saves the model and tokenizer of `base` to `out` with the card; returns the card."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    texts = list(texts)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    steps, warmup = len(texts), max(1, len(texts) // 20)
+    tokens, losses, started = 0, [], time.monotonic()
+    for step, text in enumerate(texts, 1):
+        scale = min(1.0, step / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for group in optimizer.param_groups:
+            group["lr"] = lr * scale
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"][:max_length]])
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += ids.shape[1]
+        losses.append(loss.item())
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    head = losses[: max(1, len(losses) // 10)]
+    tail = losses[-max(1, len(losses) // 10):]
+    card = {"base": str(base), "steps": steps, "tokens": tokens, "learning_rate": lr, "max_length": max_length,
+            "first_loss": round(sum(head) / len(head), 4) if head else None,
+            "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
+            "seconds": round(time.monotonic() - started, 1), "sources": sources or {},
+            "note": "pretraining of the random base on arena text (catalogue browsing transcripts and train-side "
+                    "trajectories, loss on every token); part of the base; no held-out problem"}
+    (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return card
