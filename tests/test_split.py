@@ -250,7 +250,7 @@ def test_a_backfill_replays_its_days_in_one_run_as_day_by_day(arena, tmp_path):
 def test_split_is_leak_free(arena):
     for day in DAYS:
         assert checks(arena.runs[day]) == {"one_side_per_cluster": True, "largest_cluster_share": True,
-                                           "conservation": True}
+                                           "conservation": True, "check_counts": True}
         split = arena.lake.read_day("split_traces", day)
         gated = arena.lake.read_day_columns("gated_traces", day, ["trace_id"])
         assert split.height == gated.num_rows > 80  # a day of real size (300 traces, about a third gated)
