@@ -1,7 +1,7 @@
 """The per-day funnel: counts of every corpus table and the ledger's stages, day by day.
 
-Plain data in, markdown and a PNG out; the asset (`day_funnel.py`) gets the counts from the
-lake with SQL and attaches what this module draws.
+Plain data in, table rows and a PNG out; the asset (`day_funnel_assets.py`) gets the counts
+from the lake with SQL and attaches what this module draws.
 """
 
 from __future__ import annotations
@@ -41,41 +41,11 @@ class DayCounts:
                 t.get("gated_traces"), t.get("rejected_traces"), *(self.stages.get(s, 0) for s in STAGES)]
 
 
-def _cell(value) -> str:
-    return "–" if value is None else str(value)
-
-
-def funnel_markdown(days: list[DayCounts]) -> str:
-    if not days:
-        return "_no corpus day in the lake yet_"
-    lines = ["| " + " | ".join(HEADER) + " |", "|---|" + "---:|" * (len(HEADER) - 1)]
-    for d in days:
-        lines.append("| " + " | ".join(_cell(v) for v in d.row()) + " |")
-    incomplete = [d.day for d in days if not d.complete]
-    if incomplete:
-        lines.append(f"\n_incomplete (raw_firehose only, corpus failed or running): {', '.join(incomplete)}_")
-    return "\n".join(lines)
-
-
 def reasons_long(days: list[DayCounts], last: int = 14) -> list[dict]:
     """(day, stage, reason, lines) rows for the last `last` days, codes that occurred only: long,
     so 90 days are 90 x a few rows, never 90 columns."""
     return [{"day": d.day, "stage": REASON_STAGE.get(code, "?"), "reason": code, "lines": n}
             for d in days[-last:] for code, n in sorted(d.reasons.items(), key=lambda kv: (-kv[1], kv[0])) if n]
-
-
-def reasons_markdown(days: list[DayCounts], last: int = 14) -> str:
-    """reason x day for the last `last` days; every code, zeros included."""
-    shown = days[-last:]
-    if not shown:
-        return "_no ledger yet_"
-    lines = ["| stage | reason | " + " | ".join(d.day for d in shown) + " |",
-             "|---|---|" + "---:|" * len(shown)]
-    codes = list(REASON_STAGE) + sorted({r for d in shown for r in d.reasons} - set(REASON_STAGE))
-    for code in codes:
-        lines.append(f"| {REASON_STAGE.get(code, '?')} | `{code}` | "
-                     + " | ".join(str(d.reasons.get(code, 0)) for d in shown) + " |")
-    return "\n".join(lines)
 
 
 def funnel_png(days: list[DayCounts], last: int = 60) -> bytes:
