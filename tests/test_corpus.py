@@ -575,14 +575,14 @@ def test_check_counters_that_disagree_with_the_ledger_fail_the_day(tiny_day, tmp
     import shopdistill_assets.corpus.assets as corpus_module
     from shopdistill_assets.split.assets import leak_clusters
 
-    real = corpus_module.day_counts
+    real = corpus_module.day_check_counts
 
     def one_too_many(*args):
         counts = real(*args)
         counts["reasoning_gate", "reasoning_gate", "failed"] += 1
         return counts
 
-    monkeypatch.setattr(corpus_module, "day_counts", one_too_many)
+    monkeypatch.setattr(corpus_module, "day_check_counts", one_too_many)
     firehose = FirehoseResource(root=str(tiny_day.root))
     lake = LakeResource(root=str(tmp_path / "lake"))
     result = dg.materialize([raw_firehose, *CORPUS_ASSETS, *CORPUS_CHECKS, leak_clusters], partition_key=tiny_day.day,

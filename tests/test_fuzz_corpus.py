@@ -24,7 +24,7 @@ import zstandard
 
 from resources.firehose import FirehoseResource
 from shopdistill_assets.corpus import corpus_parts as parts
-from shopdistill_assets.corpus.check_funnel import day_counts, disagreements
+from shopdistill_assets.corpus.check_funnel import day_check_counts, disagreements
 from shopdistill_assets.corpus.decide import DecideConfig, decide_line
 from shopdistill_assets.corpus.dialects.shapes import ProblemRun
 from shopdistill_assets.corpus.lines import LineReader
@@ -200,7 +200,7 @@ def test_ten_thousand_hostile_lines(tmp_path):
     assert sum(split.outputs["gated_traces"] for split in splits) >= 300  # mutation leaves plenty of good traces
     # The named checks' own counters (summed over the files, superseded copies taken back) agree
     # with the ledger and the tables, corrupt and truncated files included; one count off is caught.
-    counts = day_counts((s.checks for s in staged), (split.superseded for split in splits))
+    counts = day_check_counts((s.checks for s in staged), (split.superseded for split in splits))
     ledger, rows = sum((split.reasons for split in splits), Counter()), sum((Counter(split.outputs) for split in splits), Counter())
     assert sum(split.superseded.total() for split in splits) > 0
     assert disagreements(counts, ledger, rows) == []

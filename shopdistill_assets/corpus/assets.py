@@ -45,7 +45,13 @@ from pydantic import Field
 from resources.firehose import FirehoseDayMissing, FirehoseFile, FirehoseResource, StoredDigest
 from resources.lake import LakeResource
 from shopdistill_assets.corpus import corpus_parts as parts
-from shopdistill_assets.corpus.check_funnel import CHECKS_OF, check_metadata, day_counts, disagreements, stage_funnel
+from shopdistill_assets.corpus.check_funnel import (
+    CHECKS_OF,
+    check_metadata,
+    day_check_counts,
+    disagreements,
+    stage_funnel,
+)
 from shopdistill_assets.corpus.decide import DecideConfig
 from shopdistill_assets.corpus.funnel import funnel_metadata
 from shopdistill_assets.corpus.gates import GateConfig
@@ -220,7 +226,7 @@ class _Funnel:
         for split in splits:
             self.rows.update(split.outputs)
             self.reasons.update(split.reasons)
-        self.checks = day_counts((s.checks for s in staged), (split.superseded for split in splits))
+        self.checks = day_check_counts((s.checks for s in staged), (split.superseded for split in splits))
         self.stages = {stage: stage_funnel(self.checks, stage) for stage in CHECKS_OF}
         self.wrong = disagreements(self.checks, self.reasons, self.rows)
 

@@ -46,7 +46,7 @@ def take_back(counts: Counter, label: str | None, stage: str | None, reason: str
     count_run(FORMAT_CHECKS, reason if stage == Stage.FORMAT_GATE else None, counts, -n)
 
 
-def day_counts(checks: Iterable[Counter], superseded: Iterable[Counter]) -> Counter:
+def day_check_counts(checks: Iterable[Counter], superseded: Iterable[Counter]) -> Counter:
     """The day's check counters: the files' counters summed (each worker counts its files),
     then the superseded copies ((label, stage, reason) -> copies, per file) taken back."""
     total: Counter = Counter()
