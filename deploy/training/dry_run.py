@@ -35,10 +35,19 @@ def pod_yaml(name: str, image: str, command: list[str], spec: dict) -> tuple[obj
     return pod, ApiClient().sanitize_for_serialization(pod)
 
 
-def rollouts(args: argparse.Namespace, launcher) -> int:
-    """train_rollouts' job on the node: the pod, its config, and the `vllm serve` it starts."""
+def show(title: str, command: list[str], body: dict, config_title: str, config: dict) -> None:
+    """The pod (as `kubectl apply` would take it), its command and the config it reads."""
     import yaml
 
+    print(f"# {title}")
+    print("# command: " + " ".join(command))
+    print(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **body}, sort_keys=False))
+    print(f"# {config_title}:")
+    print(yaml.safe_dump(config, sort_keys=False))
+
+
+def rollouts(args: argparse.Namespace, launcher) -> int:
+    """train_rollouts' job on the node: the pod, its config, and the `vllm serve` it starts."""
     from resources.checkpoint_store import CheckpointRef, CheckpointStore
     from shopdistill_assets.training import rollout_job
     from shopdistill_assets.training.data_assets import TrainRolloutsConfig
@@ -55,20 +64,15 @@ def rollouts(args: argparse.Namespace, launcher) -> int:
     pod, body = pod_yaml(f"dagster-train-rollouts-{RUN[:8]}", launcher.image, command, spec)
     job = RolloutJobArgs(**values)
     served = vllm_command(job, f"{values['output_dir']}/model", 8000, job.tensor_parallel_size)
-    print(f"# train_rollouts: {args.samples} rollouts per train problem from the newest sft checkpoint, served by "
-          f"vLLM on one {args.gpus}-GPU node: {launcher.namespace}/{pod.metadata.name}")
-    print("# command: " + " ".join(command))
-    print(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **body}, sort_keys=False))
-    print(f"# {config_uri} (the job config, read by rollouts.py in the pod):")
-    print(yaml.safe_dump(values, sort_keys=False))
+    show(f"train_rollouts: {args.samples} rollouts per train problem from the newest sft checkpoint, served by "
+         f"vLLM on one {args.gpus}-GPU node: {launcher.namespace}/{pod.metadata.name}", command, body,
+         f"{config_uri} (the job config, read by rollouts.py in the pod)", values)
     print("# the server the job starts in the pod (once the checkpoint is fetched), used once GET /v1/models answers:")
     print("# " + " ".join(served))
     return 0
 
 
 def main() -> int:
-    import yaml
-
     from resources.launcher import deepspeed_config
     from shopdistill_assets.training.launch import launcher_from_env
     from shopdistill_assets.training.stages import STAGES
@@ -105,12 +109,9 @@ def main() -> int:
         "state_uri": f"{args.store}/.runs/{stage.name}/{run}/state", "peak_tflops": launcher.peak_tflops,
         "lineage": "<the stage's lineage: parent, corpus, days, firehose files>",
     }
-    print(f"# {stage.name} ({stage.method}, {stage.config_class}) on one {args.gpus}-GPU node: "
-          f"{launcher.namespace}/{pod.metadata.name}")
-    print("# command: " + " ".join(command))
-    print(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **body}, sort_keys=False))
-    print(f"# {config_uri} (the stage config, read by TrlParser in the pod):")
-    print(yaml.safe_dump(stage_config, sort_keys=False))
+    show(f"{stage.name} ({stage.method}, {stage.config_class}) on one {args.gpus}-GPU node: "
+         f"{launcher.namespace}/{pod.metadata.name}", command, body,
+         f"{config_uri} (the stage config, read by TrlParser in the pod)", stage_config)
     return 0
 
 
