@@ -9,6 +9,8 @@ machine's load falls on all of them alike), plain torch, loss on the assistant t
   frozen        whole ids with fixed, distinct embeddings (a shared id direction plus a random one
                 each; their rows get no gradient; the checkpoint stays a standard Qwen3)
   identity      identity tokens (tiny_model.IDENTITY_SPLIT): an id is digit groups of three
+  +keys         the JSON right before an id one token each (tiny_model.ID_KEY_PIECES): the first
+                result's id follows its own token
   +pre          any of them after `--pretrain-steps` steps on catalogue browsing transcripts
                 (training/arena_base.py, loss on every token) before the SFT rows
 Measured on held-out problems' successful rows, at every id a tool call writes (teacher forced):
@@ -67,14 +69,15 @@ class Variant:
         import torch
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
-        from shopdistill_assets.training.tiny_model import build_arena_tokenizer, fixed_prompt_pieces
+        from shopdistill_assets.training.tiny_model import ID_KEY_PIECES, build_arena_tokenizer, fixed_prompt_pieces
 
         self.name, self.lr, self.tokens, self.cpu = name, lr, 0, 0.0
         kind = name.split("+")[0]
         whole_ids = kind in ("whole", "frozen")
         pieces = [*fixed_prompt_pieces(), *(catalogue_ids if whole_ids else [])]
         self.tokenizer = build_arena_tokenizer(train_texts[:: max(1, len(train_texts) // 400)], 4096,
-                                               whole_pieces=pieces, identity=kind == "identity")
+                                               whole_pieces=pieces, identity=kind == "identity",
+                                               key_pieces=ID_KEY_PIECES if "+keys" in name else ())
         torch.manual_seed(0)
         self.model = Qwen3ForCausalLM(Qwen3Config(
             vocab_size=len(self.tokenizer), hidden_size=SHAPE["hidden"], intermediate_size=SHAPE["mlp"],

@@ -133,6 +133,11 @@ JSON_SPACING = (('": ', '":'), (', "', ',"'), ('}, {', '},{'))
 # Spaces ride with the punctuation (", " is one piece): 5 % fewer tokens than a token per space.
 IDENTITY_SPLIT = r"[A-Za-z]+|\d{1,3}|[^A-Za-z\d]+"
 
+# The JSON that stands right before a product id, one token each (matched after the spacing is
+# folded): the first result of a page, every later one, and a call's product_ids. A copied id's
+# first digit group then follows a token that says which result it is.
+ID_KEY_PIECES = ('[{"product_id":"', '},{"product_id":"', '{"product_ids":"')
+
 
 def _pre_tokenizer(identity: bool):
     from tokenizers import Regex, pre_tokenizers
@@ -146,7 +151,8 @@ def _pre_tokenizer(identity: bool):
 
 
 def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_length: int = 24,
-                          whole_pieces: list[str] | tuple[str, ...] = (), identity: bool = False):
+                          whole_pieces: list[str] | tuple[str, ...] = (), identity: bool = False,
+                          key_pieces: list[str] | tuple[str, ...] = ()):
     """A BPE tokenizer trained on rendered arena conversations (train-side text only).
 
     `whole_pieces` become one token each wherever they occur verbatim (matched before BPE): fixed
@@ -160,7 +166,10 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
     one page of results, so copying it from a tool result needs no long match.
 
     `identity`: spaces and punctuation split off every word (`IDENTITY_SPLIT`), so a word is
-    the same token(s) wherever it stands, not " tefal" in the request and "tefal" after `"q":"`."""
+    the same token(s) wherever it stands, not " tefal" in the request and "tefal" after `"q":"`.
+
+    `key_pieces` (e.g. ID_KEY_PIECES) are one token each too, matched after the JSON spacing is
+    folded, so the same piece whether the tool result was written compact or with spaces."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -180,6 +189,10 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
         from tokenizers import AddedToken
 
         tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in dict.fromkeys(whole_pieces) if p])
+    if key_pieces:
+        from tokenizers import AddedToken
+
+        tokenizer.add_tokens([AddedToken(p, normalized=True, special=False) for p in dict.fromkeys(key_pieces) if p])
     tokenizer.chat_template = chat_template_text()
     return tokenizer
 
@@ -223,11 +236,12 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
                       seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = (),
-                      identity: bool = False) -> Path:
+                      identity: bool = False, key_pieces: list[str] | tuple[str, ...] = ()) -> Path:
     """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts` (plus
     `whole_pieces` as single tokens); saved at `path`."""
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity)
+    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity,
+                                      key_pieces=key_pieces)
     return _save_qwen3(Path(path), tokenizer, seed, hidden=hidden, layers=layers,
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
 
