@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 import orjson
 
 from shopdistill_assets.core import formats
+from shopdistill_assets.core.identity import MAX_ID_CHARS  # noqa: F401  (the readers take the one id limit from here)
 from shopdistill_assets.corpus.reasons import Reason, Rejection
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 
@@ -96,7 +97,6 @@ class CanonicalTrace(TypedDict):
 
 
 CANONICAL_COLUMNS: tuple[str, ...] = tuple(CanonicalTrace.__annotations__)
-MAX_ID_CHARS = 256  # identity strings longer than this are hostile, not ids
 # Per-record work limits (reason `over_limit`): far above any real run (ORO allows 25 steps,
 # queries are under 1,000 characters), low enough that no single line costs unbounded work.
 MAX_STEPS = 256
