@@ -13,6 +13,8 @@ machine's load falls on all of them alike), plain torch, loss on the assistant t
                 result's id follows its own token
   +pre          any of them after `--pretrain-steps` steps on catalogue browsing transcripts
                 (training/arena_base.py, loss on every token) before the SFT rows
+  +ind          first `--induction-steps` steps on repeated random tokens (arena_base.induction_batch:
+                16 rows of 64 tokens written twice, loss on the second half), before +pre and the rows
 Measured on held-out problems' successful rows, at every id a tool call writes (teacher forced):
 the mean log-probability of the id's tokens, top-1 per token, the probability mass on ids shown
 earlier in the context (whole ids), and per id: its first token right (which result to copy) and
@@ -65,7 +67,7 @@ def encode(tokenizer, text: str, max_length: int, loss_everywhere: bool = False)
 
 class Variant:
     def __init__(self, name: str, train_texts: list[str], eval_texts: list[str], pre_texts: list[str],
-                 catalogue_ids: list[str], max_length: int, lr: float):
+                 catalogue_ids: list[str], max_length: int, lr: float, induction_steps: int = 0):
         import torch
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -90,7 +92,9 @@ class Variant:
         if kind == "frozen":
             self._freeze_ids()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-        self.pre = [encode(self.tokenizer, t, max_length, True) for t in pre_texts] if name.endswith("+pre") else []
+        self.pre = [encode(self.tokenizer, t, max_length, True) for t in pre_texts] if "+pre" in name else []
+        self.induction = induction_steps if "+ind" in name else 0
+        self.generator = torch.Generator().manual_seed(2)
         self.train = [encode(self.tokenizer, t, max_length) for t in train_texts]
         self.eval = [encode(self.tokenizer, t, max_length) for t in eval_texts]
 
@@ -112,19 +116,33 @@ class Variant:
     def step(self, i: int, step: int, steps: int) -> float:
         import torch
 
+        from shopdistill_assets.training.arena_base import induction_batch
+
         started = time.process_time()
-        ids, loss_mask, _ = self.pre[step - 1] if step <= len(self.pre) else self.train[i]
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr * min(1.0, step / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        if step <= self.induction:
+            x = induction_batch(self.tokenizer, self.generator)
+            half = x.shape[1] // 2
+            logits = self.model(input_ids=x).logits[:, half:-1]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, half + 1:].reshape(-1))
+            return self._update(loss, x.numel(), started)
+        step -= self.induction
+        ids, loss_mask, _ = self.pre[step - 1] if step <= len(self.pre) else self.train[i]
         x = torch.tensor([ids])
         hidden = self.model.model(input_ids=x).last_hidden_state[0, :-1]
         at = torch.tensor(loss_mask[1:]).nonzero().squeeze(1)  # logits only where the loss is
         loss = torch.nn.functional.cross_entropy(self.model.lm_head(hidden[at]), x[0, 1:][at])
+        return self._update(loss, len(ids), started)
+
+    def _update(self, loss, tokens: int, started: float) -> float:
+        import torch
+
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.tokens += len(ids)
+        self.tokens += tokens
         self.cpu += time.process_time() - started
         return loss.item()
 
@@ -165,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--pretrain-steps", type=int, default=500, help="browsing steps of the +pre variants (within --steps)")
     p.add_argument("--variants", nargs="+", default=["whole", "frozen", "identity", "identity+pre"])
+    p.add_argument("--induction-steps", type=int, default=300, help="repeated-random-token steps of the +ind "
+                   "variants (within --steps)")
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--eval-rows", type=int, default=60)
@@ -192,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     catalogue_ids = sorted({str(x["product_id"]) for x in products} | {str(x["shop_id"]) for x in products if x.get("shop_id")})
     pre_texts = browsing_texts(arena / "catalog", args.pretrain_steps, 3, build_tokenizer(vocab_size=300))
     print(f"{len(train_texts)} successful train rows, {len(eval_texts)} held-out rows measured; shape {SHAPE}", flush=True)
-    variants = [Variant(v, train_texts, eval_texts, pre_texts, catalogue_ids, args.max_length, args.lr)
-                for v in args.variants]
+    variants = [Variant(v, train_texts, eval_texts, pre_texts, catalogue_ids, args.max_length, args.lr,
+                        args.induction_steps) for v in args.variants]
     rng = random.Random(1)
     every = max(1, args.steps // 8)
     print("step  variant        loss  tokens  tok/CPU-s  id logp  top1  shown-mass  first  exact (ids)")

@@ -318,3 +318,13 @@ def test_the_arena_base_reads_catalogue_browsing_and_no_problem(heldout_arena, t
     assert card["steps"] == 6 and card["tokens"] > 6 * 100 and card["first_loss"] > card["final_loss"]
     assert json.loads((tmp_path / "base" / CARD).read_text())["sources"] == {"catalog": "test"}
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "base").config.hidden_size == 128
+
+    torch = pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from shopdistill_assets.training.arena_base import induction_batch
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "base")
+    rows = induction_batch(tokenizer, torch.Generator().manual_seed(0), batch=3, half=20)
+    assert rows.shape == (3, 40) and torch.equal(rows[:, :20], rows[:, 20:])  # each row written twice
+    assert not set(rows.flatten().tolist()) & set(tokenizer.all_special_ids)

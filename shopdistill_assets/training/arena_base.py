@@ -84,6 +84,18 @@ def pretraining_texts(corpus_texts: list[str], catalog_dir: str | Path, steps: i
     return texts
 
 
+def induction_batch(tokenizer: Any, generator: Any, batch: int = 16, half: int = 64) -> Any:
+    """`batch` rows of `half` random ordinary tokens written twice: the second half can only be
+    predicted by finding the token in the first half and copying the one after it (an induction
+    head). No text at all: the copy circuit a pretrained model brings, formed in a few hundred steps."""
+    import torch
+
+    special = set(tokenizer.all_special_ids)
+    ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+    rows = ordinary[torch.randint(len(ordinary), (batch, half), generator=generator)]
+    return torch.cat([rows, rows], dim=1)
+
+
 def pretrain(base: str | Path, texts: Iterable[str], out: str | Path, *, lr: float = 2e-3, max_length: int = 3072,
              seed: int = 0, threads: int | None = None, sources: dict[str, Any] | None = None) -> dict[str, Any]:
     """One pass over `texts` (one text a step, loss on every token, AdamW, warmup then cosine);
