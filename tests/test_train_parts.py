@@ -442,18 +442,27 @@ def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
 
     from shopdistill_assets.training.report import curve_markdown, png_markdown, stages_figure, stages_table
 
-    def row(policy, asr, problems=30, samples=4):
+    def row(policy, asr, problems=30, episodes=120):  # a policy_eval summary counts episodes as "samples"
         return {"policy": policy, "checkpoint": "", "asr": asr, "pass_at_1": asr, "pass_at_k": {"4": asr},
-                "problems": problems, "samples": samples}
+                "problems": problems, "samples": episodes}
 
-    rows_ = [row("base", 0.1), row("sft", 0.3), row("random", 0.02), row("oracle", 1.0, samples=1)]
+    rows_ = [row("base", 0.1), row("sft", 0.3), row("random", 0.02), row("oracle", 1.0, episodes=30)]
     fig = stages_figure(rows_)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "random ASR (n=30x4)" in labels and "oracle ASR (n=30x1)" in labels
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["base\nn=30x4", "sft\nn=30x4"]
     markdown = png_markdown(fig, "report")
     assert base64.b64decode(markdown.split("base64,", 1)[1].rstrip(")"))[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| samples |" in stages_table(rows_).splitlines()[0]
+    assert "| episodes |" in stages_table(rows_).splitlines()[0]
+    # the distillation report's rows: ASR with its interval as error bars, and the step match beside it
+    rows_ = [{**row("base", 0.0), "asr_interval": [0.0, 0.114], "step_match": 0.094},
+             {**row("sft", 0.3), "asr_interval": [0.17, 0.48], "step_match": 0.668}]
+    ax = stages_figure(rows_).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ASR (95 % interval)", "pass@4", "step match"]
+    bars = sorted((p.get_x(), round(p.get_height(), 1)) for p in ax.patches)
+    assert [h for _, h in bars] == [0.0, 0.0, 9.4, 30.0, 30.0, 66.8]
+    caps = [line for c in ax.containers if getattr(c, "has_yerr", False) for line in c.lines[1]]
+    assert caps and max(max(line.get_ydata()) for line in caps) == pytest.approx(48.0)
     curve = curve_markdown("sft", [[1, 2.5], [2, 2.0], [3, 1.5]])
     assert "data:image/png;base64," in curve and "loss 2.5000 -> 1.5000" in curve
 

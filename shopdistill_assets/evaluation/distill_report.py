@@ -52,6 +52,7 @@ def row(policy: str, summary: dict[str, Any], lineage: dict[str, Any] | None = N
         "asr_interval": _interval(summary),
         "by_category": by_category, "by_category_interval": {c: _interval(v) for c, v in categories.items()},
         "problems": (summary.get("counts") or {}).get("problems"),
+        "samples": (summary.get("counts") or {}).get("samples"),  # episodes
         "step_match": (step_match or {}).get("step_match"), "step_match_steps": (step_match or {}).get("steps"),
         # why an ASR is what it is: well-formed episodes, and searches that read the request
         "format_valid": summary.get("format_valid_rate"),
@@ -153,6 +154,6 @@ def write(rows: list[dict[str, Any]], folder: Path, header: str, goals: list[tup
     lines += [f"- [{'x' if ok else ' '}] {goal}: {numbers}" for goal, ok, numbers in goals]
     lines += ["", INTERVAL_NOTE]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
-    png = plot_stages(rows, folder / "report.png", title="Held-out ASR and pass@k by stage (simulated arena)")
+    png = plot_stages(rows, folder / "report.png", title="Held-out ASR, pass@k and step match by stage (simulated arena)")
     (folder / "report.json").write_text(json.dumps({"rows": rows, "goals": goals, **extra}, indent=1, default=str))
     return {"markdown": folder / "report.md", "png": png, "json": folder / "report.json"}

@@ -36,7 +36,7 @@ def collect(lake: Any, policies: list[str]) -> list[dict[str, Any]]:
         rows.append({"policy": policy, "checkpoint": Path(checkpoint).name if checkpoint else "",
                      "heldout_version": heldout, "asr": summary["asr"], "pass_at_1": summary["pass_at_1"],
                      "pass_at_k": summary.get("pass_at_k", {}), "problems": len(manifest.get("problem_ids", [])),
-                     "samples": (summary.get("counts") or {}).get("samples")})
+                     "samples": (summary.get("counts") or {}).get("samples")})  # episodes: problems x k
     return rows
 
 
@@ -46,7 +46,7 @@ def _pct(value: float | None) -> str:
 
 def stages_table(rows: list[dict[str, Any]]) -> str:
     ks = sorted({int(k) for r in rows for k in r["pass_at_k"]})
-    head = ["policy", "checkpoint", "ASR", "pass@1", *[f"pass@{k}" for k in ks if k != 1], "problems", "samples"]
+    head = ["policy", "checkpoint", "ASR", "pass@1", *[f"pass@{k}" for k in ks if k != 1], "problems", "episodes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["policy"], f"`{r['checkpoint']}`" if r["checkpoint"] else "", _pct(r["asr"]), _pct(r["pass_at_1"]),
@@ -72,28 +72,42 @@ def png_markdown(fig, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()})"
 
 
+def _n(r: dict[str, Any]) -> str:
+    """The sample size beside a bar: problems x samples per problem (`samples` counts episodes)."""
+    problems, episodes = r.get("problems"), r.get("samples")
+    if problems and episodes and episodes % problems == 0:
+        return f"n={problems}x{episodes // problems}"
+    return f"n={problems or '?'} problems, {episodes or '?'} episodes"
+
+
 def stages_figure(rows: list[dict[str, Any]], title: str = "Held-out ASR by stage"):
-    """Bars per policy (ASR and the largest pass@k), baselines as dashed lines, n under each name."""
+    """Bars per policy (ASR with its interval where the row has one, the largest pass@k, and the
+    step match where measured), baselines as dashed lines, n under each name."""
     ks = sorted({int(k) for r in rows for k in r["pass_at_k"]})
     top = str(ks[-1]) if ks else None
     bars_rows = [r for r in rows if r["policy"] not in BASELINES]
     fig = _figure(1.6 + 1.1 * max(1, len(bars_rows)), 3.8)
     ax = fig.add_subplot(1, 1, 1)
     xs = range(len(bars_rows))
-    series = [("ASR", [r["asr"] or 0 for r in bars_rows])]
+    series: list[tuple[str, list[float], Any]] = [("ASR", [r["asr"] or 0 for r in bars_rows], None)]
+    if all(r.get("asr_interval") for r in bars_rows):  # 95 % interval as error bars, in points
+        series[0] = ("ASR (95 % interval)", series[0][1],
+                     [[100 * ((r["asr"] or 0) - r["asr_interval"][0]) for r in bars_rows],
+                      [100 * (r["asr_interval"][1] - (r["asr"] or 0)) for r in bars_rows]])
     if top:
-        series.append((f"pass@{top}", [r["pass_at_k"].get(top) or 0 for r in bars_rows]))
+        series.append((f"pass@{top}", [r["pass_at_k"].get(top) or 0 for r in bars_rows], None))
+    if any(r.get("step_match") is not None for r in bars_rows):
+        series.append(("step match", [r.get("step_match") or 0 for r in bars_rows], None))
     width = 0.8 / len(series)
-    for i, (label, values) in enumerate(series):
+    for i, (label, values, errors) in enumerate(series):
         bars = ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], [100 * v for v in values], width,
-                      label=label)
+                      label=label, yerr=errors, capsize=2 if errors else 0)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     for r, style in ((r, {"random": "tab:red", "oracle": "tab:green"}[r["policy"]]) for r in rows
                      if r["policy"] in BASELINES):
         ax.axhline(100 * (r["asr"] or 0), color=style, linestyle="--", linewidth=1,
-                   label=f"{r['policy']} ASR (n={r['problems']}x{r.get('samples') or '?'})")
-    ax.set_xticks(list(xs), [f"{r['policy']}\nn={r['problems']}x{r.get('samples') or '?'}" for r in bars_rows],
-                  fontsize=7)
+                   label=f"{r['policy']} ASR ({_n(r)})")
+    ax.set_xticks(list(xs), [f"{r['policy']}\n{_n(r)}" for r in bars_rows], fontsize=7)
     ax.set_ylim(0, 105)
     ax.set_ylabel("%")
     ax.set_title(title)
