@@ -11,6 +11,7 @@ written again after 1,500 / 600 random tokens in between:
   fixed64  every batch 16 x (64 + 64)   (training/arena_base.induction_batch)
   grow     half the steps at 64, a quarter at 256, a quarter at 1,024
   random   length 32-512 and a gap of 0-2,048 random tokens drawn for each batch
+  fixed64+random  fixed64's steps, then as many of random's (the head formed first, then stretched)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def schedule(name: str, steps: int) -> list[tuple[int, int, int]]:
     """(batch, length, gap) for each step."""
     if name == "fixed64":
         return [(16, 64, 0)] * steps
+    if name == "fixed64+random":
+        return schedule("fixed64", steps) + schedule("random", steps)
     if name == "grow":
         return [(16, 64, 0)] * (steps // 2) + [(4, 256, 0)] * (steps // 4) + [(1, 1024, 0)] * (steps - steps // 2 - steps // 4)
     rng = random.Random(0)
