@@ -3,7 +3,8 @@
 Reads the `policy_eval` snapshots (`<policy>__<heldout version>`) of the newest held-out set,
 one row per policy, in stage order; a markdown table and a PNG shown inline in the UI, with
 the scripted baselines (`random` below, `oracle` above, where evaluated) as reference lines and
-the sample sizes (problems x samples) beside every bar. Also the loss curve of one stage, inline.
+the sample sizes (problems x samples per problem) beside every bar; where rows carry them, the ASR
+interval as error bars and the step match as a third bar. Also the loss curve of one stage, inline.
 """
 
 from __future__ import annotations
