@@ -319,12 +319,27 @@ def test_the_arena_base_reads_catalogue_browsing_and_no_problem(heldout_arena, t
     assert json.loads((tmp_path / "base" / CARD).read_text())["sources"] == {"catalog": "test"}
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "base").config.hidden_size == 128
 
-    torch = pytest.importorskip("torch")
-    from transformers import AutoTokenizer
+
+def test_an_induction_batch_is_ordinary_tokens_written_twice():
+    import torch
 
     from shopdistill_assets.training.arena_base import induction_batch
+    from shopdistill_assets.training.tiny_model import build_arena_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "base")
+    tokenizer = build_arena_tokenizer(["a logitech bag"] * 5, vocab_size=400)
     rows = induction_batch(tokenizer, torch.Generator().manual_seed(0), batch=3, half=20)
     assert rows.shape == (3, 40) and torch.equal(rows[:, :20], rows[:, 20:])  # each row written twice
     assert not set(rows.flatten().tolist()) & set(tokenizer.all_special_ids)
+    assert not torch.equal(rows[0], rows[1])  # random rows, not one row repeated
+
+
+def test_id_key_pieces_are_one_token_each_in_compact_and_spaced_json():
+    from shopdistill_assets.training.tiny_model import ID_KEY_PIECES, build_arena_tokenizer
+
+    tokenizer = build_arena_tokenizer(["a logitech bag"] * 5, vocab_size=1200, identity=True, key_pieces=ID_KEY_PIECES)
+    page = [{"product_id": "5035687794", "price": 4.0}, {"product_id": "1203456789"}]
+    call = {"product_ids": "5035687794"}
+    for text in (json.dumps(page), json.dumps(page, separators=(",", ":")), json.dumps(call)):
+        pieces = [tokenizer.decode([i]) for i in tokenizer(text)["input_ids"]]
+        assert [p for p in pieces if p in ID_KEY_PIECES] == [p for p in ID_KEY_PIECES if p in text.replace(" ", "")]
+        assert pieces[pieces.index(next(p for p in pieces if p in ID_KEY_PIECES)) + 1] == "503"  # the id follows

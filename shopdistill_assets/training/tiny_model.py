@@ -170,7 +170,7 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
 
     `key_pieces` (e.g. ID_KEY_PIECES) are one token each too, matched after the JSON spacing is
     folded, so the same piece whether the tool result was written compact or with spaces."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
@@ -186,12 +186,8 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
         additional_special_tokens=SPECIAL_TOKENS[3:],
     )
     if whole_pieces:
-        from tokenizers import AddedToken
-
         tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in dict.fromkeys(whole_pieces) if p])
     if key_pieces:
-        from tokenizers import AddedToken
-
         tokenizer.add_tokens([AddedToken(p, normalized=True, special=False) for p in dict.fromkeys(key_pieces) if p])
     tokenizer.chat_template = chat_template_text()
     return tokenizer
@@ -236,12 +232,11 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
                       seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = (),
-                      identity: bool = False, key_pieces: list[str] | tuple[str, ...] = ()) -> Path:
+                      identity: bool = False) -> Path:
     """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts` (plus
     `whole_pieces` as single tokens); saved at `path`."""
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity,
-                                      key_pieces=key_pieces)
+    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity)
     return _save_qwen3(Path(path), tokenizer, seed, hidden=hidden, layers=layers,
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
 

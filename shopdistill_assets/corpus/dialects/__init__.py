@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shopdistill_assets.core.identity import MAX_ID_CHARS
 from shopdistill_assets.corpus.dialects.common import (
     CANONICAL_COLUMNS,
     CATALOGUE_TOOLS,
-    MAX_ID_CHARS,
     MAX_MESSAGES,
     MAX_QUERY_CHARS,
     MAX_STEPS,

@@ -11,7 +11,6 @@ from typing import Any, TypedDict
 import orjson
 
 from shopdistill_assets.core import formats
-from shopdistill_assets.core.identity import MAX_ID_CHARS  # noqa: F401  (the readers take the one id limit from here)
 from shopdistill_assets.corpus.reasons import Reason, Rejection
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 

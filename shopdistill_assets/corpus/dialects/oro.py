@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 
+from shopdistill_assets.core.identity import MAX_ID_CHARS
 from shopdistill_assets.corpus.dialects.common import (
-    MAX_ID_CHARS,
     ORO_ENVELOPE,
     ORO_EPISODE,
     ORO_UPLOAD,

@@ -29,7 +29,8 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from shopdistill_assets.corpus.dialects.common import MAX_ID_CHARS, PRIMARY
+from shopdistill_assets.core.identity import MAX_ID_CHARS
+from shopdistill_assets.corpus.dialects.common import PRIMARY
 from shopdistill_assets.corpus.reasons import Reason, Rejection
 
 
