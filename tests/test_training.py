@@ -151,6 +151,38 @@ def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
     print("\nchain: " + " -> ".join(f"{n}/{meta(trained.chain, n + '_checkpoint')['version']}" for n in STAGE_ORDER))
 
 
+def test_a_checkpoint_whose_weights_were_evaluated_takes_that_evaluation(trained, tmp_path):
+    """A stage that passes its parent on has the parent's weights: its policy_eval takes the
+    parent's episodes (said so in the metadata) rather than running them again; another setting,
+    or reuse_same_weights=False, runs them."""
+    import shutil
+
+    from shopdistill_assets.agent.policies_registry import PolicySpec, policy_partitions, register
+
+    ref = trained.store.get("sft", meta(trained.chain, "sft_checkpoint")["version"])
+    twins = {}
+    for name in ("twin_a", "twin_b"):  # two folders, one content
+        twins[name] = shutil.copytree(trained.store.local_path(ref), tmp_path / name)
+        register(PolicySpec(name=name, checkpoint=str(twins[name])), trained.home)
+    trained.instance.add_dynamic_partitions(policy_partitions.name, list(twins))
+    small = {"limit": 1, "samples": 1, "max_steps": 2, "max_new_tokens": 8,
+             "catalog": str(trained.root / "catalog")}
+
+    def evaluate(name: str, **changes) -> dict:
+        return meta(run(["policy_eval"], trained.resources, trained.instance, name,
+                        ops={"policy_eval": {**small, **changes}}), "policy_eval")
+
+    first = evaluate("twin_a")
+    assert "reused_from" not in first
+    second = evaluate("twin_b")
+    assert second["reused_from"] == first["rollouts"].rsplit("/", 1)[1]
+    assert (second["asr"], second["episodes"]) == (first["asr"], first["episodes"])
+    manifest = trained.lake.read_manifest("policy_eval", Path(second["rollouts"]).name)
+    assert manifest["policy"]["name"] == "twin_b" and manifest["weights_sha256"] == ref.sha256
+    assert "reused_from" not in evaluate("twin_b", samples=2)  # another setting: another evaluation
+    assert "reused_from" not in evaluate("twin_b", reuse_same_weights=False)
+
+
 def test_train_rollouts_run_as_a_job_beside_the_model(trained):
     """train_rollouts launches the rollout job (training/stages/rollouts.py) through the training
     launcher, as a stage is launched: locally the hf backend serves the new sft checkpoint in the

@@ -55,6 +55,44 @@ class EvalConfig(Config):
     batch_size: int = Field(1, description="checkpoints: concurrent turns decoded together (1: one at a time)")
     judge_endpoint: str | None = Field(None, description="OpenAI-compatible reasoning judge (none: episodes unjudged)")
     judge_model: str = Field("judge", description="judge model names, comma-separated, tried in turn")
+    reuse_same_weights: bool = Field(True, description="a checkpoint whose weights another policy's evaluation "
+                                     "already ran with these settings (a stage that passed its parent on) takes "
+                                     "that evaluation's episodes instead of running them again")
+
+
+# What the outcome depends on; concurrency and batch_size only change how fast it comes.
+_THROUGHPUT_ONLY = ("concurrency", "batch_size", "reuse_same_weights")
+
+
+def weights_sha256(spec: PolicySpec) -> str | None:
+    """The content hash of a local checkpoint's weights (None for endpoints and scripted policies)."""
+    if not spec.checkpoint or not Path(spec.checkpoint).is_dir():
+        return None
+    from resources.checkpoint_store import content_sha256
+
+    return content_sha256(Path(spec.checkpoint))
+
+
+def evaluation_key(config: EvalConfig, weights: str, version: str, problem_ids: list[str]) -> str:
+    """One evaluation's identity: the weights, the held-out snapshot and problems, every setting
+    that changes an episode."""
+    import hashlib
+
+    settings = {k: v for k, v in config.model_dump().items() if k not in _THROUGHPUT_ONLY}
+    text = json.dumps({"weights": weights, "heldout_version": version, "problems": problem_ids,
+                       "settings": settings}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def same_evaluation(lake: LakeResource, key: str, policy: str) -> str | None:
+    """Another policy's snapshot with this evaluation key, the newest; None if there is none."""
+    found = []
+    for snapshot in lake.list_snapshots(EVAL_ASSET):
+        manifest = lake.read_manifest(EVAL_ASSET, snapshot)
+        if manifest.get("evaluation_key") == key and manifest.get("policy", {}).get("name") != policy \
+                and not manifest.get("reused_from"):
+            found.append((manifest.get("evaluated_at", ""), snapshot))
+    return max(found)[1] if found else None
 
 
 @contextmanager
@@ -103,6 +141,12 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
     problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[: config.limit]
     if not problems:
         raise ValueError(f"heldout_eval_set {version} is empty: nothing to evaluate")
+    problem_ids = sorted({p.problem_id for p in problems})
+    weights = weights_sha256(spec)
+    key = evaluation_key(config, weights, version, problem_ids) if weights else None
+    reused = same_evaluation(lake, key, spec.name) if key and config.reuse_same_weights else None
+    if reused:
+        return _reuse(context, lake, spec, reused, version, key, weights, len(problems))
     catalog = load_catalog(Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog")
     cfg = RolloutConfig(samples=config.samples, max_steps=config.max_steps, concurrency=config.concurrency,
                         request_timeout_s=config.request_timeout_s, episode_time_limit_s=config.episode_time_limit_s,
@@ -119,22 +163,40 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
                          for i, ep in enumerate(result.episodes)], infer_schema_length=None)
     snapshot = f"{spec.name}__{version}"
     manifest = {"policy": json.loads(json.dumps(spec.__dict__)), "heldout_version": version, "summary": summary,
-                "problem_ids": sorted({p.problem_id for p in problems})}
+                "problem_ids": problem_ids, "evaluation_key": key, "weights_sha256": weights,
+                "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     folder = lake.write_snapshot(EVAL_ASSET, snapshot, rows, manifest)
-    plot = plot_asr({spec.name: result}, project_home() / "eval" / f"{spec.name}.png")
-    meta = {
+    return MaterializeResult(metadata=_metadata(spec, summary, version, len(problems), len(result.episodes), folder))
+
+
+def _reuse(context, lake: LakeResource, spec: PolicySpec, reused: str, version: str, key: str, weights: str,
+           problems: int) -> MaterializeResult:
+    """This policy's snapshot made of another's evaluation of the same weights (episodes as they ran)."""
+    source = lake.read_manifest(EVAL_ASSET, reused)
+    rows = lake.read_snapshot(EVAL_ASSET, reused)
+    context.log.info(f"{spec.name}: weights {weights[:16]} were evaluated with these settings as {reused}; "
+                     f"its {rows.height} episodes are reused (reuse_same_weights=False runs them again)")
+    manifest = {**source, "policy": json.loads(json.dumps(spec.__dict__)), "reused_from": reused,
+                "evaluation_key": key, "weights_sha256": weights}
+    folder = lake.write_snapshot(EVAL_ASSET, f"{spec.name}__{version}", rows, manifest)
+    meta = _metadata(spec, source["summary"], version, problems, rows.height, folder)
+    return MaterializeResult(metadata={**meta, "reused_from": reused})
+
+
+def _metadata(spec: PolicySpec, summary: dict, version: str, problems: int, episodes: int, folder: str) -> dict:
+    plot = plot_asr({spec.name: summary}, project_home() / "eval" / f"{spec.name}.png")
+    return {
         "asr": summary["asr"], "pass_at_1": summary["pass_at_1"],
         **{f"pass_at_{k}": v for k, v in summary["pass_at_k"].items()},
         **{f"asr/{cat}": v.get("asr") for cat, v in summary["by_category"].items() if isinstance(v, dict)},
-        "problems": len(problems), "episodes": len(result.episodes), "heldout_version": version,
+        "problems": problems, "episodes": episodes, "heldout_version": version,
         **{k: v for k, v in (("format_valid_rate", summary["format_valid_rate"]), ("reasoning_q", summary["reasoning_q"]),
                              ("final_score", summary["final_score"]),
                              ("search_words_from_request", summary["search_grounding"]["word_share"])) if v is not None},
-        "table": MetadataValue.md(metrics_table({spec.name: result})),
+        "table": MetadataValue.md(metrics_table({spec.name: summary})),
         "errors": MetadataValue.json(summary["errors"]), "plot": MetadataValue.path(str(plot)),
         "rollouts": MetadataValue.path(folder),
     }
-    return MaterializeResult(metadata=meta)
 
 
 @asset_check(asset=policy_eval,
