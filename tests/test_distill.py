@@ -320,6 +320,31 @@ def test_the_arena_base_reads_catalogue_browsing_and_no_problem(heldout_arena, t
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "base").config.hidden_size == 128
 
 
+def test_a_picking_transcript_looks_at_the_first_result_of_each_cut_page(heldout_arena):
+    """benchmarks/pick_probe.py's text: pages cut to 1..max_results, each followed by a look at its
+    first result (the only rule that predicts the id); dense: pages and looks alone."""
+    import random
+
+    from shopdistill_assets.sandbox.tools import Sandbox
+    from shopdistill_assets.training.arena_base import picking_conversation
+
+    catalog, problems = heldout_arena
+    products = sorted(catalog, key=lambda p: p["product_id"])
+    for dense in (False, True):
+        conversation = picking_conversation(products, Sandbox(catalog), random.Random(5), pages=6, max_results=3,
+                                            dense=dense)
+        results = [json.loads(m["content"]) for m in conversation if m["role"] == "tool"]
+        pages = [r for r in results if "title" in r[0]]  # search pages, not the looks' product pages
+        looks = [json.loads(m["tool_calls"][0]["function"]["arguments"])["product_ids"] for m in conversation
+                 if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "view_product_information"]
+        assert pages and len(looks) == len(pages) and all(1 <= len(p) <= 3 for p in pages)
+        assert looks == [p[0]["product_id"] for p in pages]
+        assert len({len(p) for p in pages}) > 1  # the id's distance back varies
+        roles = [m["role"] for m in conversation[1:]]
+        assert roles == (["tool", "assistant"] * len(pages) if dense else ["assistant", "tool"] * 2 * len(pages))
+    assert not any(p.query in m.get("content", "") for p in problems for m in conversation)
+
+
 def test_an_induction_batch_is_ordinary_tokens_written_twice():
     import torch
 

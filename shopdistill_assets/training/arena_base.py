@@ -59,6 +59,39 @@ def browsing_conversation(products: list[dict[str, Any]], sandbox: Any, rng: ran
     return messages
 
 
+def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: random.Random, pages: int = 4,
+                         max_results: int = 10, dense: bool = False) -> list[dict[str, Any]]:
+    """A denser browsing transcript: `pages` searches, each page cut to its first 1..`max_results`
+    results (a page of the sandbox's own), and after each one a look at its first result. The
+    place of the id to copy moves with the page's length, so only "the first id of the last page"
+    predicts it, not a fixed distance back (the shortcut a fixed-length copy task teaches).
+    `dense`: only the pages and the looks (no search call, no product page after the look), so
+    a text holds a copy every ~150 tokens rather than every ~500."""
+    named = products[rng.randrange(len(products))]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": BROWSE_PROMPT.format(
+        " ".join(str(named.get("title") or "").lower().split()))}]
+    for n in range(pages):
+        words = str(products[rng.randrange(len(products))].get("title") or "").lower().split()
+        q = " ".join(words[i] for i in sorted(rng.sample(range(len(words)), min(len(words), rng.randint(2, 3))))) or "product"
+        page = sandbox.call("find_product", {"q": q, "page": 1}).content()
+        if not isinstance(page, list) or not page:
+            continue
+        page = page[: rng.randint(1, min(max_results, len(page)))]
+        call = _call(f"call_{2 * n}", "find_product", {"q": q, "page": 1})
+        first = str(page[0]["product_id"])
+        view = _call(f"call_{2 * n + 1}", "view_product_information", {"product_ids": first})
+        info = None if dense else sandbox.call("view_product_information", {"product_ids": first}).content()
+        if dense:
+            messages += [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
+                         {"role": "assistant", "content": "", "tool_calls": [view]}]
+            continue
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
+                     {"role": "assistant", "content": "", "tool_calls": [view]},
+                     {"role": "tool", "tool_call_id": view["id"], "content": json.dumps(info, ensure_ascii=False)}]
+    return messages
+
+
 def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:
     """`n` browsing transcripts of the catalogue, rendered with `renderer`'s chat template."""
     from shopdistill_assets.sandbox import load_catalog

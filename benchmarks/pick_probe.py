@@ -1,0 +1,171 @@
+"""Can the small Qwen3 learn to copy the first result's id of the last page it read? Issue 20: no
+stage ever wrote the id of a product it was shown (distill_copy.py: the first token of an id right
+0.000), while 46 % of the successful rows recommend the first result of the last search.
+
+    python benchmarks/pick_probe.py --base MODEL_DIR --catalog ARENA/catalog [--steps 400]
+                                    [--max-results 10] [--pages 4]
+
+MODEL_DIR is a small Qwen3 with its tokenizer (the random base `distill.py` writes under
+`OUT/models/qwen3-<size>-random`, or the browsed one beside it). It is trained on picking transcripts
+(`training/arena_base.picking_conversation`: searches, each page cut to its first 1..max-results
+results, then view_product_information on the first result), one text a step, loss on the assistant
+turns, AdamW with warmup and cosine, then measured teacher forced on fresh transcripts (another seed)
+at every id the view calls write: its first token right (which result), every token right (the copy),
+by the page's length. Catalogue pages only: no problem, held-out or not, is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _encode():
+    spec = importlib.util.spec_from_file_location("distill_copy", REPO / "benchmarks" / "distill_copy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.encode
+
+
+def transcripts(catalog: Path, n: int, seed: int, tokenizer, pages: int, max_results: int, dense: bool = False) -> list[tuple[str, list[int]]]:
+    """(rendered text, page length before each view call) for `n` picking transcripts."""
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tools import Sandbox
+    from shopdistill_assets.training.arena_base import picking_conversation
+
+    products = load_catalog(catalog)
+    sandbox = Sandbox(products)
+    ordered = sorted(products, key=lambda p: p["product_id"])
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        messages = picking_conversation(ordered, sandbox, rng, pages=pages, max_results=max_results, dense=dense)
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        lengths = [len(r) for r in results if r and "title" in r[0]]  # search pages, not the looks' product pages
+        out.append((tokenizer.apply_chat_template(messages, tokenize=False), lengths))
+    return out
+
+
+def fresh_base(args) -> Path:
+    import tempfile
+
+    from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, SMALL_SIZES, _save_qwen3, build_arena_tokenizer,
+                                                        build_tokenizer, fixed_prompt_pieces)
+
+    texts = [t for t, _ in transcripts(args.catalog, 300, 10, build_tokenizer(vocab_size=300), args.pages, args.max_results, args.dense)]
+    tokenizer = build_arena_tokenizer(texts, 4096, whole_pieces=fixed_prompt_pieces(), identity=True,
+                                      key_pieces=ID_KEY_PIECES if args.key_pieces else ())
+    hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[args.fresh]
+    return _save_qwen3(Path(tempfile.mkdtemp(prefix="pick-probe-")), tokenizer, 0, hidden=hidden, layers=layers,
+                       heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=args.max_length)
+
+
+def measure(model, rows, torch) -> dict:
+    model.eval()
+    by_len: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # ids, first right, all right, later tokens, right
+    with torch.no_grad():
+        for (ids, _, written), lengths in rows:
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
+            for positions, k in zip(written, lengths):
+                right = [int(logits[p - 1].argmax()) == ids[p] for p in positions]
+                cell = by_len[k]
+                cell[0] += 1
+                cell[1] += right[0]
+                cell[2] += all(right)
+                cell[3] += len(right) - 1
+                cell[4] += sum(right[1:])
+    model.train()
+    return by_len
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base", type=Path, default=None, help="a model with its tokenizer; without it, --fresh")
+    p.add_argument("--fresh", default="h128l4", help="shape of the fresh random base (tiny_model.SMALL_SIZES) whose "
+                   "identity tokenizer is fit on picking transcripts, when no --base is given")
+    p.add_argument("--key-pieces", action="store_true", help="fresh base: the JSON before an id one token each "
+                   "(tiny_model.ID_KEY_PIECES), so the first result's id follows a token of its own")
+    p.add_argument("--catalog", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--pages", type=int, default=4)
+    p.add_argument("--max-results", type=int, default=10)
+    p.add_argument("--dense", action="store_true", help="pages and looks only (arena_base.picking_conversation dense)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--qk-norm", type=float, default=None, help="set every q_norm and k_norm weight to this first: "
+                   "Qwen3 normalises queries and keys, so at 1.0 an attention logit is at most sqrt(head_dim) (5.7 "
+                   "for heads of 32), too flat to pick one position out of hundreds")
+    p.add_argument("--loss-on", choices=["assistant", "ids"], default="assistant", help="ids: loss only on the id tokens "
+                   "the view calls write (is the copy diluted among the call's other tokens?)")
+    p.add_argument("--eval", type=int, default=40, help="fresh transcripts measured")
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--max-length", type=int, default=4096)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    encode = _encode()
+    base = args.base or fresh_base(args)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if args.qk_norm is not None:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                    param.fill_(args.qk_norm)
+    model.train()
+    train = [(encode(tokenizer, t, args.max_length), k) for t, k in
+             transcripts(args.catalog, args.steps, 11, tokenizer, args.pages, args.max_results, args.dense)]
+    held = [(encode(tokenizer, t, args.max_length), k) for t, k in
+            transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
+    print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in train) / len(train):.0f} tokens each; "
+          f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    cpu, tokens = 0.0, 0
+    for step, ((ids, loss_mask, written), _) in enumerate(train, 1):
+        if args.loss_on == "ids":
+            loss_mask = [False] * len(ids)
+            for p_ in (p for positions in written for p in positions):
+                loss_mask[p_] = True
+        started = time.process_time()
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+        x = torch.tensor([ids])
+        hidden = model.model(input_ids=x).last_hidden_state[0, :-1]
+        at = torch.tensor(loss_mask[1:]).nonzero().squeeze(1)
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[0, 1:][at])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        cpu += time.process_time() - started
+        tokens += len(ids)
+        if step % args.every == 0 or step == args.steps:
+            by_len = measure(model, held, torch)
+            n = sum(c[0] for c in by_len.values())
+            first = sum(c[1] for c in by_len.values()) / max(n, 1)
+            exact = sum(c[2] for c in by_len.values()) / max(n, 1)
+            later = sum(c[4] for c in by_len.values()) / max(sum(c[3] for c in by_len.values()), 1)
+            short = [c for k, c in by_len.items() if k <= 3]
+            long = [c for k, c in by_len.items() if k >= 8]
+            rate = lambda cells, i: sum(c[i] for c in cells) / max(sum(c[0] for c in cells), 1)  # noqa: E731
+            print(f"step {step:>5}  loss {loss.item():5.2f}  {tokens / 1e6:5.2f}M tokens  {cpu:6.0f} CPU s   "
+                  f"first {first:.3f}  later tokens {later:.3f}  exact {exact:.3f}  (pages of 1-3: first {rate(short, 1):.3f}; "
+                  f"8-10: first {rate(long, 1):.3f}, exact {rate(long, 2):.3f}; {n} ids)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
