@@ -70,6 +70,22 @@ def fresh_base(args) -> Path:
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=args.max_length)
 
 
+def share_key_embedding(model, tokenizer, torch) -> None:
+    from shopdistill_assets.training.tiny_model import ID_KEY_PIECES
+
+    page, call = (tokenizer.convert_tokens_to_ids(p) for p in (ID_KEY_PIECES[0], ID_KEY_PIECES[2]))
+    weight = model.get_input_embeddings().weight
+    with torch.no_grad():
+        weight[call] = weight[page]
+
+    def summed(grad):
+        grad = grad.clone()
+        grad[page] = grad[call] = grad[page] + grad[call]
+        return grad
+
+    weight.register_hook(summed)
+
+
 def measure(model, rows, torch) -> dict:
     model.eval()
     by_len: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # ids, first right, all right, later tokens, right
@@ -104,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qk-norm", type=float, default=None, help="set every q_norm and k_norm weight to this first: "
                    "Qwen3 normalises queries and keys, so at 1.0 an attention logit is at most sqrt(head_dim) (5.7 "
                    "for heads of 32), too flat to pick one position out of hundreds")
+    p.add_argument("--share-key", action="store_true", help="with --key-pieces: the call's `{\"product_ids\":\"` "
+                   "token gets the page's first-result key's embedding (one row, kept equal: summed gradients), so an "
+                   "induction head that copies what followed the current token copies the first result")
     p.add_argument("--loss-on", choices=["assistant", "ids"], default="assistant", help="ids: loss only on the id tokens "
                    "the view calls write (is the copy diluted among the call's other tokens?)")
     p.add_argument("--eval", type=int, default=40, help="fresh transcripts measured")
@@ -120,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     base = args.base or fresh_base(args)
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if args.share_key:
+        share_key_embedding(model, tokenizer, torch)
     if args.qk_norm is not None:
         with torch.no_grad():
             for name, param in model.named_parameters():
