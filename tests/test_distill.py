@@ -244,6 +244,13 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
 
     lo, hi = wilson_interval(0.0, 30)
     assert lo == 0.0 and 0.11 < hi < 0.12  # 0 of 30 problems still bounds ASR only below ~11 points
+    for n in range(1, 200):  # centre - half rounds to +-1e-17 at 0 (n = 11, 22, ...): never past the rate
+        for rate in (0.0, 1.0, 1 / 3):
+            lo, hi = wilson_interval(rate, n)
+            assert 0.0 <= lo <= rate <= hi <= 1.0
+    rows = [distill_report.row("quick", summary(0.0), step_match=None)]
+    rows[0]["asr_interval"] = wilson_interval(0.0, 11)
+    distill_report.write(rows, tmp_path / "eleven", "# t", [], {})  # plots (it raised on a bar below 0)
     rows = [distill_report.row("base", summary(0.0), step_match={"step_match": 0.2, "steps": 90}),
             distill_report.row("sft_unfiltered", summary(0.0), step_match={"step_match": 0.41, "steps": 90}),
             distill_report.row("sft", summary(0.0333), step_match={"step_match": 0.55, "steps": 90})]

@@ -42,7 +42,9 @@ def wilson_interval(rate: float | None, n: int | None, z: float = 1.96) -> tuple
         return None
     centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * (rate * (1 - rate) / n + z * z / (4 * n * n)) ** 0.5
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval holds the rate; at 0 or 1 the rounding of centre - half (+-1e-17) must not
+    # put a bound on the wrong side of it (a plot's error bar below 0 is refused).
+    return min(rate, max(0.0, centre - half)), max(rate, min(1.0, centre + half))
 
 
 def reasoning_coefficient(q: float) -> float:
