@@ -66,7 +66,8 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
     place of the id to copy moves with the page's length, so only "the first id of the last page"
     predicts it, not a fixed distance back (the shortcut a fixed-length copy task teaches).
     `dense`: only the pages and the looks (no search call, no product page after the look), so
-    a text holds a copy every ~150 tokens rather than every ~500."""
+    a text holds a copy every ~150 tokens rather than every ~500. Read by benchmarks/pick_probe.py,
+    not by the base's default pretraining (it did not teach the choice: results/distill/README.md)."""
     named = products[rng.randrange(len(products))]
     messages: list[dict[str, Any]] = [{"role": "user", "content": BROWSE_PROMPT.format(
         " ".join(str(named.get("title") or "").lower().split()))}]
@@ -80,14 +81,13 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
         call = _call(f"call_{2 * n}", "find_product", {"q": q, "page": 1})
         first = str(page[0]["product_id"])
         view = _call(f"call_{2 * n + 1}", "view_product_information", {"product_ids": first})
-        info = None if dense else sandbox.call("view_product_information", {"product_ids": first}).content()
+        look = [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
+                {"role": "assistant", "content": "", "tool_calls": [view]}]
         if dense:
-            messages += [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
-                         {"role": "assistant", "content": "", "tool_calls": [view]}]
+            messages += look
             continue
-        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
-                     {"role": "assistant", "content": "", "tool_calls": [view]},
+        info = sandbox.call("view_product_information", {"product_ids": first}).content()
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]}, *look,
                      {"role": "tool", "tool_call_id": view["id"], "content": json.dumps(info, ensure_ascii=False)}]
     return messages
 
