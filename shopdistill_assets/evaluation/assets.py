@@ -10,6 +10,7 @@ and evaluated through it over HTTP, exactly like an external endpoint (vLLM in p
 """
 
 # No `from __future__ import annotations`: Dagster reads the annotations of context and resources.
+import hashlib
 import json
 import time
 from contextlib import contextmanager
@@ -60,7 +61,8 @@ class EvalConfig(Config):
                                      "that evaluation's episodes instead of running them again")
 
 
-# What the outcome depends on; concurrency and batch_size only change how fast it comes.
+# Settings that leave an episode's outcome alone: concurrency and batch_size change how fast it
+# comes, reuse_same_weights whether it is run; every other EvalConfig field is in the key.
 _THROUGHPUT_ONLY = ("concurrency", "batch_size", "reuse_same_weights")
 
 
@@ -76,21 +78,21 @@ def weights_sha256(spec: PolicySpec) -> str | None:
 def evaluation_key(config: EvalConfig, weights: str, version: str, problem_ids: list[str]) -> str:
     """One evaluation's identity: the weights, the held-out snapshot and problems, every setting
     that changes an episode."""
-    import hashlib
-
     settings = {k: v for k, v in config.model_dump().items() if k not in _THROUGHPUT_ONLY}
     text = json.dumps({"weights": weights, "heldout_version": version, "problems": problem_ids,
                        "settings": settings}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def same_evaluation(lake: LakeResource, key: str, policy: str) -> str | None:
-    """Another policy's snapshot with this evaluation key, the newest; None if there is none."""
+def same_evaluation(lake: LakeResource, key: str, policy: str, version: str) -> str | None:
+    """Another policy's snapshot with this evaluation key, the newest; None if there is none. Only
+    the snapshots of this held-out version (`<policy>__<version>`) are read: one manifest each."""
     found = []
     for snapshot in lake.list_snapshots(EVAL_ASSET):
+        if not snapshot.endswith(f"__{version}") or snapshot == f"{policy}__{version}":
+            continue
         manifest = lake.read_manifest(EVAL_ASSET, snapshot)
-        if manifest.get("evaluation_key") == key and manifest.get("policy", {}).get("name") != policy \
-                and not manifest.get("reused_from"):
+        if manifest.get("evaluation_key") == key and not manifest.get("reused_from"):
             found.append((manifest.get("evaluated_at", ""), snapshot))
     return max(found)[1] if found else None
 
@@ -144,7 +146,7 @@ def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeRe
     problem_ids = sorted({p.problem_id for p in problems})
     weights = weights_sha256(spec)
     key = evaluation_key(config, weights, version, problem_ids) if weights else None
-    reused = same_evaluation(lake, key, spec.name) if key and config.reuse_same_weights else None
+    reused = same_evaluation(lake, key, spec.name, version) if key and config.reuse_same_weights else None
     if reused:
         return _reuse(context, lake, spec, reused, version, key, weights, len(problems))
     catalog = load_catalog(Path(config.catalog) if config.catalog else project_home() / "arena" / "catalog")
