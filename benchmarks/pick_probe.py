@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                    "induction head that copies what followed the current token copies the first result")
     p.add_argument("--loss-on", choices=["assistant", "ids"], default="assistant", help="ids: loss only on the id tokens "
                    "the view calls write (is the copy diluted among the call's other tokens?)")
+    p.add_argument("--batch", type=int, default=1, help="transcripts a step (right-padded): more looks per update "
+                   "without more pages before each look")
     p.add_argument("--eval", type=int, default=40, help="fresh transcripts measured")
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--max-length", type=int, default=4096)
@@ -148,31 +150,39 @@ def main(argv: list[str] | None = None) -> int:
                     param.fill_(args.qk_norm)
     model.train()
     train = [(encode(tokenizer, t, args.max_length), k) for t, k in
-             transcripts(args.catalog, args.steps, 11, tokenizer, args.pages, args.max_results, args.dense)]
+             transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
     held = [(encode(tokenizer, t, args.max_length), k) for t, k in
             transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
     print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in train) / len(train):.0f} tokens each; "
           f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     cpu, tokens = 0.0, 0
-    for step, ((ids, loss_mask, written), _) in enumerate(train, 1):
-        if args.loss_on == "ids":
-            loss_mask = [False] * len(ids)
-            for p_ in (p for positions in written for p in positions):
-                loss_mask[p_] = True
+    for step in range(1, args.steps + 1):
+        batch = [e for e, _ in train[(step - 1) * args.batch: step * args.batch]]
         started = time.process_time()
         for group in optimizer.param_groups:
             group["lr"] = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
-        x = torch.tensor([ids])
-        hidden = model.model(input_ids=x).last_hidden_state[0, :-1]
-        at = torch.tensor(loss_mask[1:]).nonzero().squeeze(1)
-        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[0, 1:][at])
+        width = max(len(ids) for ids, _, _ in batch)
+        x = torch.zeros((len(batch), width), dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        targets = torch.zeros((len(batch), width), dtype=torch.bool)
+        for row, (ids, loss_mask, written) in enumerate(batch):
+            x[row, :len(ids)] = torch.tensor(ids)
+            attention[row, :len(ids)] = 1
+            if args.loss_on == "ids":
+                loss_mask = [False] * len(ids)
+                for p_ in (p for positions in written for p in positions):
+                    loss_mask[p_] = True
+            targets[row, :len(ids)] = torch.tensor(loss_mask)
+        hidden = model.model(input_ids=x, attention_mask=attention).last_hidden_state[:, :-1]
+        at = targets[:, 1:]
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[:, 1:][at])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        tokens += sum(len(ids) for ids, _, _ in batch)
         cpu += time.process_time() - started
-        tokens += len(ids)
         if step % args.every == 0 or step == args.steps:
             by_len = measure(model, held, torch)
             n = sum(c[0] for c in by_len.values())
