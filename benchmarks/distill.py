@@ -328,7 +328,7 @@ def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str],
     """Each policy's next call after every prefix of the fair policy's trajectory on the held-out
     problems policy_eval evaluated (the newest heldout_eval_set, the same limit)."""
     from shopdistill_assets.agent.policies_registry import lookup
-    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.evaluation.assets import _newest_version, weights_sha256
     from shopdistill_assets.evaluation.step_match import chat_policy, step_match, teacher_steps
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
@@ -340,9 +340,19 @@ def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str],
         problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[:limit]
         catalog = load_catalog(home / "arena" / "catalog")
         steps = {p.problem_id: teacher_steps(p, catalog) for p in problems}
+        measured: dict[str, str] = {}  # weights sha -> the policy measured with them (greedy: the same answers)
         for policy in policies:
-            chat = chat_policy(lookup(policy), problems, catalog, max_new_tokens=args.max_new_tokens, batch_size=8)
+            spec = lookup(policy)
+            weights = weights_sha256(spec)
+            if weights in measured:
+                out[policy] = {**out[measured[weights]], "reused_from": measured[weights]}
+                print(f"   {policy:<15} step match {out[policy]['step_match']:.3f}: the weights of "
+                      f"{measured[weights]}, not measured again", flush=True)
+                continue
+            chat = chat_policy(spec, problems, catalog, max_new_tokens=args.max_new_tokens, batch_size=8)
             out[policy] = step_match(chat, problems, catalog, steps_by_problem=steps, concurrency=8)
+            if weights:
+                measured[weights] = policy
             print(f"   {policy:<15} step match {out[policy]['step_match']:.3f} over {out[policy]['steps']} steps "
                   f"({out[policy]['policy_errors']} errors)", flush=True)
     return out
