@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--save", type=Path, default=None, help="write the trained model and its tokenizer here (a --base "
+                   "for the next phase of a curriculum)")
     args = p.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -195,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step:>5}  loss {loss.item():5.2f}  {tokens / 1e6:5.2f}M tokens  {cpu:6.0f} CPU s   "
                   f"first {first:.3f}  later tokens {later:.3f}  exact {exact:.3f}  (pages of 1-3: first {rate(short, 1):.3f}; "
                   f"8-10: first {rate(long, 1):.3f}, exact {rate(long, 2):.3f}; {n} ids)", flush=True)
+    if args.save:
+        model.save_pretrained(args.save)
+        tokenizer.save_pretrained(args.save)
     return 0
 
 
