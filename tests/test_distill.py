@@ -352,6 +352,41 @@ def test_a_picking_transcript_looks_at_the_first_result_of_each_cut_page(heldout
     assert not any(p.query in m.get("content", "") for p in problems for m in conversation)
 
 
+def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself(heldout_arena, tmp_path):
+    """The base's picking phase: its loss falls on the ids the look calls write and nowhere else;
+    each phase of the curriculum steps, is measured on fresh transcripts and is recorded in the card."""
+    import random
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from shopdistill_assets.sandbox import write_catalog
+    from shopdistill_assets.sandbox.tools import Sandbox
+    from shopdistill_assets.training.arena_base import (CARD, browsing_texts, learn_picking, picked_id_positions,
+                                                        picking_conversation)
+    from shopdistill_assets.training.tiny_model import build_small_model, build_tokenizer
+
+    catalog, problems = heldout_arena
+    catalog_dir = tmp_path / "catalog"
+    write_catalog(catalog, catalog_dir / "documents.jsonl.gz")
+    base = build_small_model(tmp_path / "random", browsing_texts(catalog_dir, 6, 0, build_tokenizer(vocab_size=300)),
+                             size="h128l4", vocab_size=1200, identity=True)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    conversation = picking_conversation(sorted(catalog, key=lambda p: p["product_id"]), Sandbox(catalog),
+                                        random.Random(4), pages=3, max_results=4, dense=True)
+    looked = [json.loads(m["tool_calls"][0]["function"]["arguments"])["product_ids"]
+              for m in conversation if m.get("tool_calls")]
+    ids, written = picked_id_positions(tokenizer, tokenizer.apply_chat_template(conversation, tokenize=False), 4096)
+    assert looked and [tokenizer.decode([ids[i] for i in positions]).strip() for positions in written] == looked
+    assert len(ids) > 20 * sum(len(w) for w in written)  # the pages are context, not loss
+
+    picking = learn_picking(base, catalog_dir, tmp_path / "picked", curriculum=((1, 2, 3), (2, 1, 2)), measure=3,
+                            max_length=2048)
+    assert [(p["pages"], p["batch"], p["steps"]) for p in picking["phases"]] == [(1, 2, 3), (2, 1, 2)]
+    assert all(p["tokens"] > 0 and 0.0 <= p["first_token_right"] <= 1.0 for p in picking["phases"])
+    assert json.loads((tmp_path / "picked" / CARD).read_text())["picking"]["learning_rate"] == 5e-4
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "picked").config.hidden_size == 128
+
+
 def test_an_induction_batch_is_ordinary_tokens_written_twice():
     import torch
 

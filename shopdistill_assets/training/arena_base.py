@@ -11,6 +11,9 @@ every token:
     of something earlier in the text. They are built from the catalogue and the sandbox alone:
     no problem, no request, no answer, held-out or not;
   - train-side trajectories (`train_corpus` rows), whole, tool results included.
+Then, optionally (`learn_picking`), the choice behind most of the arena's recommendations: the
+first result of the last page, taught on picking transcripts with one page before each look, then
+two, then four (benchmarks/pick_probe.py: not learned otherwise on CPU).
 It is part of the base, reported as such (`arena_pretraining.json` beside the weights), and sees
 no held-out problem: the corpus rows come from the train side of the split, the pages from the
 catalogue every agent searches.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -90,6 +94,118 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
         messages += [{"role": "assistant", "content": "", "tool_calls": [call]}, *look,
                      {"role": "tool", "tool_call_id": view["id"], "content": json.dumps(info, ensure_ascii=False)}]
     return messages
+
+
+# (pages before each look, transcripts a step, steps): benchmarks/pick_probe.py measured that the
+# choice "the first result of the last page" forms at AdamW 5e-4 on one page and not from a fresh
+# model on several, while a one-page model learns 2 and 4 pages in a few hundred steps.
+PICKING_CURRICULUM: tuple[tuple[int, int, int], ...] = ((1, 16, 1000), (2, 8, 500), (4, 4, 500))
+_TOOL_CALL = re.compile(r"<tool_call>.*?</tool_call>", re.S)
+_PICKED = re.compile(r'"product_ids"\s*:\s*"([^"]*)"')
+
+
+def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[list[int]]]:
+    """(token ids, the positions of each id a tool call writes): the loss of the picking phase."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
+    spans = [m.span(1) for call in _TOOL_CALL.finditer(text) for m in _PICKED.finditer(text, *call.span())]
+    written = [[i for i, (start, end) in enumerate(offsets) if a <= start < b and end > start] for a, b in spans]
+    return ids, [w for w in written if w]
+
+
+def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
+                  curriculum: Iterable[tuple[int, int, int]] = PICKING_CURRICULUM, lr: float = 5e-4,
+                  max_results: int = 10, max_length: int = 4096, seed: int = 0, measure: int = 50,
+                  threads: int | None = None) -> dict[str, Any]:
+    """The base learns to look at the first result of the last page: dense picking transcripts
+    (`picking_conversation`) in phases of more pages before each look, loss on the ids the look
+    calls write only, each phase warmup then cosine. After each phase, the share of looks in
+    `measure` fresh transcripts (another seed) whose id's first token is right, teacher forced.
+    Catalogue only: no problem is read. Saves the model and tokenizer to `out` and records the
+    phase in the card beside the weights (`picking`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tools import Sandbox
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    catalog = load_catalog(catalog_dir)
+    sandbox, products = Sandbox(catalog), sorted(catalog, key=lambda p: p["product_id"])
+
+    def encoded(n: int, pages: int, rng: random.Random) -> list[tuple[list[int], list[list[int]]]]:
+        rows = []
+        for _ in range(n):
+            text = tokenizer.apply_chat_template(
+                picking_conversation(products, sandbox, rng, pages=pages, max_results=max_results, dense=True),
+                tokenize=False)
+            ids, written = picked_id_positions(tokenizer, text, max_length)
+            if written:
+                rows.append((ids, written))
+        return rows
+
+    phases, started = [], time.monotonic()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    for pages, batch, steps in curriculum:
+        rng, losses, tokens = random.Random(f"{seed}-{pages}"), [], 0
+        model.train()
+        for step in range(1, steps + 1):
+            scale = min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr * scale
+            rows = encoded(batch, pages, rng)
+            if not rows:
+                continue
+            x = torch.zeros((len(rows), max(len(ids) for ids, _ in rows)), dtype=torch.long)
+            attention, target = torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
+            for r, (ids, written) in enumerate(rows):
+                x[r, :len(ids)], attention[r, :len(ids)] = torch.tensor(ids), 1
+                target[r, [p for positions in written for p in positions]] = True
+            hidden = model.model(input_ids=x, attention_mask=attention).last_hidden_state[:, :-1]
+            at = target[:, 1:]
+            loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[:, 1:][at])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            tokens += int(attention.sum())
+        tail = losses[-max(1, len(losses) // 10):]
+        phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
+                       "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
+                       "first_token_right": _first_token_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card_path = Path(base) / CARD
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
+    card["picking"] = {"learning_rate": lr, "max_results": max_results, "phases": phases,
+                       "seconds": round(time.monotonic() - started, 1),
+                       "note": "picking transcripts of the catalogue (a look at the first result of the last page), "
+                               "loss on the looked-at ids; part of the base; no problem read"}
+    (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return card["picking"]
+
+
+def _first_token_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> float | None:
+    """Share of looks whose id's first token is the model's top guess, teacher forced."""
+    import torch
+
+    model.eval()
+    right = looks = 0
+    with torch.no_grad():
+        for ids, written in rows:
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
+            for positions in written:
+                right += int(logits[positions[0] - 1].argmax()) == ids[positions[0]]
+                looks += 1
+    model.train()
+    return round(right / looks, 4) if looks else None
 
 
 def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:
