@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from shopdistill_assets.training.arena_base import targeted_step
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     encode = _encode()
@@ -185,29 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         started = time.process_time()
         for group in optimizer.param_groups:
             group["lr"] = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
-        width = max(len(ids) for ids, _, _ in batch)
-        x = torch.zeros((len(batch), width), dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        targets = torch.zeros((len(batch), width), dtype=torch.bool)
-        for row, (ids, loss_mask, written) in enumerate(batch):
-            x[row, :len(ids)] = torch.tensor(ids)
-            attention[row, :len(ids)] = 1
-            if args.loss_on == "ids":
-                loss_mask = [False] * len(ids)
-                for p_ in (p for positions in written for p in positions):
-                    loss_mask[p_] = True
-            targets[row, :len(ids)] = torch.tensor(loss_mask)
-        hidden = model.model(input_ids=x, attention_mask=attention).last_hidden_state[:, :-1]
-        at = targets[:, 1:]
-        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[:, 1:][at])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        rows = []
+        for ids, loss_mask, written in batch:
+            targets = ([p_ for positions in written for p_ in positions] if args.loss_on == "ids"
+                       else [i for i, m in enumerate(loss_mask) if m])
+            rows.append((ids, targets))
+        loss = targeted_step(model, optimizer, rows)
         tokens += sum(len(ids) for ids, _, _ in batch)
         cpu += time.process_time() - started
         if step % args.every == 0 or step == args.steps:
-            report(step, loss.item(), tokens, cpu, measure(model, held, torch))
+            report(step, loss, tokens, cpu, measure(model, held, torch))
     if args.save:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)

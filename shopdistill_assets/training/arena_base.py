@@ -26,7 +26,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +116,13 @@ def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[lis
 def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                   curriculum: Iterable[tuple[int, int, int]] = PICKING_CURRICULUM, lr: float = 5e-4,
                   max_results: int = 10, max_length: int = 4096, seed: int = 0, measure: int = 50,
-                  threads: int | None = None) -> dict[str, Any]:
+                  threads: int | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns to look at the first result of the last page: dense picking transcripts
     (`picking_conversation`) in phases of more pages before each look, loss on the ids the look
     calls write only, each phase warmup then cosine. After each phase, the share of looks in
     `measure` fresh transcripts (another seed) whose id's first token is right, teacher forced.
     Catalogue only: no problem is read. Saves the model and tokenizer to `out` and records the
-    phase in the card beside the weights (`picking`)."""
+    phase in the card beside the weights (`picking`). `log` hears the loss every 100 steps."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -160,20 +160,10 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
             rows = encoded(batch, pages, rng)
             if not rows:
                 continue
-            x = torch.zeros((len(rows), max(len(ids) for ids, _ in rows)), dtype=torch.long)
-            attention, target = torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
-            for r, (ids, written) in enumerate(rows):
-                x[r, :len(ids)], attention[r, :len(ids)] = torch.tensor(ids), 1
-                target[r, [p for positions in written for p in positions]] = True
-            hidden = model.model(input_ids=x, attention_mask=attention).last_hidden_state[:, :-1]
-            at = target[:, 1:]
-            loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[:, 1:][at])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            tokens += int(attention.sum())
+            losses.append(targeted_step(model, optimizer, [(ids, [p for w in written for p in w]) for ids, written in rows]))
+            tokens += sum(len(ids) for ids, _ in rows)
+            if log and step % 100 == 0:
+                log(f"picking, {pages} page(s): step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
         tail = losses[-max(1, len(losses) // 10):]
         phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
                        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
@@ -190,6 +180,27 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                                "loss on the looked-at ids; part of the base; no problem read"}
     (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
     return card["picking"]
+
+
+def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[int]]]) -> float:
+    """One update on `rows` (token ids, the positions whose tokens are the loss), right-padded into
+    one batch; logits only where the loss is (the vocabulary projection dominates a small model's
+    step otherwise). Returns the loss."""
+    import torch
+
+    x = torch.zeros((len(rows), max(len(ids) for ids, _ in rows)), dtype=torch.long)
+    attention, target = torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
+    for r, (ids, positions) in enumerate(rows):
+        x[r, :len(ids)], attention[r, :len(ids)] = torch.tensor(ids), 1
+        target[r, positions] = True
+    hidden = model.model(input_ids=x, attention_mask=attention).last_hidden_state[:, :-1]
+    at = target[:, 1:]
+    loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[at]), x[:, 1:][at])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
 
 
 def _first_token_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> float | None:
