@@ -75,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "arena_base.py: catalogue browsing transcripts and train-side trajectories, loss on every token), "
                    "one text a step; 0: the random base as it is")
     p.add_argument("--pretrain-lr", type=float, default=2e-3)
+    p.add_argument("--picking", action=argparse.BooleanOptionalAction, default=False,
+                   help="after the reading, the base learns to look at the first result of the last page (arena_base."
+                   "learn_picking: one page, then 2, then 4, AdamW --picking-lr, loss on the looked-at ids; ~40 CPU "
+                   "min): pick_probe.py measured it learnable this way, no full run has used it yet")
+    p.add_argument("--picking-lr", type=float, default=5e-4)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
@@ -117,6 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
+    args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
     return args
 
 
@@ -178,6 +184,8 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
                              max_positions=max(4096, args.max_length))
     if args.pretrain_steps:
         path = pretrain_base(args, path, rows, corpus_version, home)
+    if args.picking:
+        path = picking_base(args, path, home)
     from transformers import AutoTokenizer
 
     from shopdistill_assets.training.tiny_model import loss_copy_share
@@ -202,6 +210,20 @@ def pretrain_base(args: argparse.Namespace, random_base: Path, rows: list[dict],
                              "browsing_share": args.browsing_share, "catalog": "arena/catalog"})
     print(f"   pretrained on arena text: {card['steps']} steps, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
           f"{card['final_loss']}, {card['seconds']:.0f} s", flush=True)
+    return out
+
+
+def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
+    """The base learns the arena's most common pick (training/arena_base.learn_picking)."""
+    from shopdistill_assets.training.arena_base import PICKING_CURRICULUM, learn_picking
+
+    out = home / "models" / f"qwen3-{args.size}-picking"
+    picking = learn_picking(base, home / "arena" / "catalog", out, curriculum=args.picking_curriculum or PICKING_CURRICULUM,
+                            lr=args.picking_lr, max_length=args.max_length, seed=args.seed,
+                            log=lambda line: print(f"   {line}", flush=True))
+    for p in picking["phases"]:
+        print(f"   picking, {p['pages']} page(s) before each look: {p['steps']} steps x {p['batch']}, {p['tokens']:,} "
+              f"tokens, loss {p['final_loss']}, first token of the looked-at id right {p['first_token_right']}", flush=True)
     return out
 
 
@@ -415,8 +437,14 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
     if not card.is_file():
         return f"random init ({Path(checkpoint or '').name})"
     read = json.loads(card.read_text())
-    return (f"random init + {read['steps']} steps ({read['tokens']:,} tokens) of arena text, loss on every token "
-            f"({Path(checkpoint or '').name}/{CARD})")
+    parts = ["random init"]
+    if "steps" in read:
+        parts.append(f"{read['steps']} steps ({read['tokens']:,} tokens) of arena text, loss on every token")
+    if "picking" in read:
+        phases = read["picking"]["phases"]
+        steps = ", ".join(f"{p['pages']} page(s): {p['steps']} steps" for p in phases)
+        parts.append(f"picking ({steps}; first token right {phases[-1]['first_token_right']})")
+    return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
 
 
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],
@@ -442,7 +470,7 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
     total_cpu = sum(t[2] for t in TIMES)
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"
               f", held-out set `{heldout}` ({rows[0]['problems']} problems x {args.eval_samples} samples), base model "
-              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init' + (f', then {args.pretrain_steps} steps of arena text)' if args.pretrain_steps else ')')}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
+              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init' + (f', then {args.pretrain_steps} steps of arena text' if args.pretrain_steps else '') + (', then picking' if args.picking else '') + ')'}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
               f"(~{total_cpu / 120:.1f} min on two quiet cores).\n")
     folder = Path(store.root) / "reports" / f"distill-{started.strftime('%Y%m%dT%H%M%S')}"
     paths = distill_report.write(rows, folder, header, goals, {
