@@ -71,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=True,
                    help="spaces and punctuation split off every word and number (tiny_model.IDENTITY_SPLIT): a word, "
                    "a number or an id is the same tokens wherever it stands, so a copy is a lookup, not a mapping")
+    p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=False,
+                   help="the JSON before an id one token each (tiny_model.ID_KEY_PIECES), so the first result's id "
+                   "follows a token of its own: pick_probe learned the pick with them (0.605 on 4 pages), "
+                   "learn_picking on a base without them 0.25; no full run has used them")
     p.add_argument("--pretrain-steps", type=int, default=800, help="the base reads arena text first (training/"
                    "arena_base.py: catalogue browsing transcripts and train-side trajectories, loss on every token), "
                    "one text a step; 0: the random base as it is")
@@ -171,7 +175,8 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         os.environ["SHOPDISTILL_BASE_MODEL"] = args.base_model
         return args.base_model
     from shopdistill_assets.sandbox.catalog import iter_documents
-    from shopdistill_assets.training.tiny_model import build_small_model, fixed_prompt_pieces, render_conversations
+    from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, fixed_prompt_pieces,
+                                                        render_conversations)
 
     rows = lake.read_snapshot("train_corpus", corpus_version).sort("trace_id").to_dicts()
     texts = render_conversations(rows[:: max(1, len(rows) // 400)])
@@ -181,6 +186,7 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         pieces += sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
     path = build_small_model(home / "models" / f"qwen3-{args.size}-random", texts, size=args.size, vocab_size=args.vocab,
                              seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens,
+                             key_pieces=ID_KEY_PIECES if args.key_pieces else (),
                              max_positions=max(4096, args.max_length))
     if args.pretrain_steps:
         path = pretrain_base(args, path, rows, corpus_version, home)

@@ -363,13 +363,13 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     from shopdistill_assets.sandbox.tools import Sandbox
     from shopdistill_assets.training.arena_base import (CARD, browsing_texts, learn_picking, picked_id_positions,
                                                         picking_conversation)
-    from shopdistill_assets.training.tiny_model import build_small_model, build_tokenizer
+    from shopdistill_assets.training.tiny_model import ID_KEY_PIECES, build_small_model, build_tokenizer
 
     catalog, problems = heldout_arena
     catalog_dir = tmp_path / "catalog"
     write_catalog(catalog, catalog_dir / "documents.jsonl.gz")
     base = build_small_model(tmp_path / "random", browsing_texts(catalog_dir, 6, 0, build_tokenizer(vocab_size=300)),
-                             size="h128l4", vocab_size=1200, identity=True)
+                             size="h128l4", vocab_size=1200, identity=True, key_pieces=ID_KEY_PIECES)
     tokenizer = AutoTokenizer.from_pretrained(base)
     conversation = picking_conversation(sorted(catalog, key=lambda p: p["product_id"]), Sandbox(catalog),
                                         random.Random(4), pages=3, max_results=4, dense=True)
@@ -378,6 +378,7 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     ids, written = picked_id_positions(tokenizer, tokenizer.apply_chat_template(conversation, tokenize=False), 4096)
     assert looked and [tokenizer.decode([ids[i] for i in positions]).strip() for positions in written] == looked
     assert len(ids) > 20 * sum(len(w) for w in written)  # the pages are context, not loss
+    assert {tokenizer.decode([ids[w[0] - 1]]) for w in written} == {ID_KEY_PIECES[2]}  # the call's key, one token
 
     picking = learn_picking(base, catalog_dir, tmp_path / "picked", curriculum=((1, 2, 3), (2, 1, 2)), measure=3,
                             max_length=2048)

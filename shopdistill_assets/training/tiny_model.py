@@ -232,11 +232,12 @@ SMALL_SIZES = {  # hidden, layers, heads, kv heads, mlp
 
 def build_small_model(path: str | Path, texts: list[str], size: str = "small", vocab_size: int = 4096,
                       seed: int = 0, max_positions: int = 4096, whole_pieces: list[str] | tuple[str, ...] = (),
-                      identity: bool = False) -> Path:
+                      identity: bool = False, key_pieces: list[str] | tuple[str, ...] = ()) -> Path:
     """A randomly initialised Qwen3 of `size` with a tokenizer trained on `texts` (plus
-    `whole_pieces` as single tokens); saved at `path`."""
+    `whole_pieces` and `key_pieces` as single tokens: build_arena_tokenizer); saved at `path`."""
     hidden, layers, heads, kv_heads, mlp = SMALL_SIZES[size]
-    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity)
+    tokenizer = build_arena_tokenizer(texts, vocab_size, whole_pieces=whole_pieces, identity=identity,
+                                      key_pieces=key_pieces)
     return _save_qwen3(Path(path), tokenizer, seed, hidden=hidden, layers=layers,
                        heads=heads, kv_heads=kv_heads, mlp=mlp, max_positions=max_positions)
 
