@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import math
 import random
 import re
 import sys
@@ -116,11 +115,11 @@ class Variant:
     def step(self, i: int, step: int, steps: int) -> float:
         import torch
 
-        from shopdistill_assets.training.arena_base import induction_batch
+        from shopdistill_assets.training.arena_base import induction_batch, lr_scale
 
         started = time.process_time()
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr * min(1.0, step / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+            group["lr"] = self.lr * lr_scale(step, steps, 50)
         if step <= self.induction:
             x = induction_batch(self.tokenizer, self.generator)
             half = x.shape[1] // 2

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import random
 import sys
 import time
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from shopdistill_assets.training.arena_base import targeted_step
+    from shopdistill_assets.training.arena_base import lr_scale, targeted_step
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -186,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = [e for e, _ in train[(step - 1) * args.batch: step * args.batch]]
         started = time.process_time()
         for group in optimizer.param_groups:
-            group["lr"] = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+            group["lr"] = args.lr * lr_scale(step, args.steps, 20)
         rows = []
         for ids, loss_mask, written in batch:
             targets = ([p_ for positions in written for p_ in positions] if args.loss_on == "ids"

@@ -63,6 +63,12 @@ def browsing_conversation(products: list[dict[str, Any]], sandbox: Any, rng: ran
     return messages
 
 
+def lr_scale(step: int, steps: int, warmup: int) -> float:
+    """The base's schedule, a factor on the learning rate: linear warmup over `warmup` steps, then a
+    cosine from 1 down to 0.1 at `steps`."""
+    return min(1.0, step / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+
+
 def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: random.Random, pages: int = 4,
                          max_results: int = 10, dense: bool = False) -> list[dict[str, Any]]:
     """A denser browsing transcript: `pages` searches, each page cut to its first 1..`max_results`
@@ -70,8 +76,9 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
     place of the id to copy moves with the page's length, so only "the first id of the last page"
     predicts it, not a fixed distance back (the shortcut a fixed-length copy task teaches).
     `dense`: only the pages and the looks (no search call, no product page after the look), so
-    a text holds a copy every ~150 tokens rather than every ~500. Read by benchmarks/pick_probe.py,
-    not by the base's default pretraining (it did not teach the choice: results/distill/README.md)."""
+    a text holds a copy every ~150 tokens rather than every ~500. Read (dense) by `learn_picking`
+    and by benchmarks/pick_probe.py; browsing transcripts alone did not teach the choice
+    (results/distill/README.md)."""
     named = products[rng.randrange(len(products))]
     messages: list[dict[str, Any]] = [{"role": "user", "content": BROWSE_PROMPT.format(
         " ".join(str(named.get("title") or "").lower().split()))}]
@@ -154,9 +161,8 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
         rng, losses, tokens = random.Random(f"{seed}-{pages}"), [], 0
         model.train()
         for step in range(1, steps + 1):
-            scale = min(1.0, step / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
             for group in optimizer.param_groups:
-                group["lr"] = lr * scale
+                group["lr"] = lr * lr_scale(step, steps, 20)
             rows = encoded(batch, pages, rng)
             if not rows:
                 continue
@@ -274,9 +280,8 @@ def pretrain(base: str | Path, texts: Iterable[str], out: str | Path, *, lr: flo
     steps, warmup = len(texts), max(1, len(texts) // 20)
     tokens, losses, started = 0, [], time.monotonic()
     for step, text in enumerate(texts, 1):
-        scale = min(1.0, step / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for group in optimizer.param_groups:
-            group["lr"] = lr * scale
+            group["lr"] = lr * lr_scale(step, steps, warmup)
         ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"][:max_length]])
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
