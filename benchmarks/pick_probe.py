@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key-pieces", action="store_true", help="fresh base: the JSON before an id one token each "
                    "(tiny_model.ID_KEY_PIECES), so the first result's id follows a token of its own")
     p.add_argument("--catalog", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=400, help="0 with --base: only measure the model as it is "
+                   "(a trained checkpoint's picking)")
     p.add_argument("--pages", type=int, default=4)
     p.add_argument("--max-results", type=int, default=10)
     p.add_argument("--dense", action="store_true", help="pages and looks only (arena_base.picking_conversation dense)")
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
              transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
     held = [(encode(tokenizer, t, args.max_length), k) for t, k in
             transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
-    print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in train) / len(train):.0f} tokens each; "
+    shown = train or held
+    print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in shown) / max(1, len(shown)):.0f} tokens each; "
           f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     cpu, tokens = 0.0, 0
