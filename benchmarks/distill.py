@@ -381,8 +381,10 @@ def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str],
             out[policy] = step_match(chat, problems, catalog, steps_by_problem=steps, concurrency=8)
             if weights:
                 measured[weights] = policy
+            recommended = out[policy]["by_tool"].get("recommend_product") or {}
             print(f"   {policy:<15} step match {out[policy]['step_match']:.3f} over {out[policy]['steps']} steps "
-                  f"({out[policy]['policy_errors']} errors)", flush=True)
+                  f"({out[policy]['policy_errors']} errors); the fair policy's ids recommended at "
+                  f"{recommended.get('exact', 0.0):.3f} of {recommended.get('steps', 0)} recommendations", flush=True)
     return out
 
 

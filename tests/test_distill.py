@@ -213,10 +213,16 @@ def test_step_match_scores_the_teacher_one_and_the_floor_lower(heldout_arena):
     assert first[0].name == "find_product" and first[-1].name == "terminate"
     assert json.loads(first[1].prefix[-1]["content"]), "the search's real result is in the next prefix"
     fair = step_match(FairPolicy(), problems, catalog, steps_by_problem=steps)
+    by_tool = fair.pop("by_tool")
     assert fair == {"step_match": 1.0, "format_valid_steps": 1.0, "problems": 12,
                     "steps": sum(map(len, steps.values())), "policy_errors": 0}
+    teacher_tools = [s.name for v in steps.values() for s in v]
+    assert by_tool == {name: {"steps": teacher_tools.count(name), "match": 1.0, "exact": 1.0}
+                       for name in sorted(set(teacher_tools))}
     floor = step_match(RandomPolicy(seed=0), problems, catalog, steps_by_problem=steps, concurrency=4)
     assert 0.2 < floor["step_match"] < 0.8 and floor["policy_errors"] == 0  # right tools at times, wrong values
+    # a random pick of the right tool is not the right recommendation: the exact share shows it apart
+    assert floor["by_tool"]["recommend_product"]["exact"] < floor["by_tool"]["recommend_product"]["match"] < 1.0
 
 
 def test_step_match_drives_a_checkpoint(heldout_arena, tmp_path):
@@ -230,6 +236,7 @@ def test_step_match_drives_a_checkpoint(heldout_arena, tmp_path):
     model = checkpoint_policy(build_tiny_model(tmp_path / "tiny"), max_new_tokens=8, batch_size=4)
     result = step_match(model, few, catalog, steps_by_problem=steps, concurrency=4)
     # random weights emit no tool call: every step is answered (no error) and scores 0
+    assert all(t["match"] == 0.0 and t["exact"] == 0.0 for t in result.pop("by_tool").values())
     assert result == {"step_match": 0.0, "format_valid_steps": 0.0, "problems": 2,
                       "steps": sum(map(len, steps.values())), "policy_errors": 0}
 
@@ -253,14 +260,16 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
     distill_report.write(rows, tmp_path / "eleven", "# t", [], {})  # plots (it raised on a bar below 0)
     rows = [distill_report.row("base", summary(0.0), step_match={"step_match": 0.2, "steps": 90}),
             distill_report.row("sft_unfiltered", summary(0.0), step_match={"step_match": 0.41, "steps": 90}),
-            distill_report.row("sft", summary(0.0333), step_match={"step_match": 0.55, "steps": 90})]
+            distill_report.row("sft", summary(0.0333), step_match={
+                "step_match": 0.55, "steps": 90, "by_tool": {"recommend_product": {"steps": 30, "match": 0.7, "exact": 0.1}}})]
     goals = {g: (ok, n) for g, ok, n in distill_report.targets(rows, ["base", "sft"])}
     ok, numbers = goals["gated corpus ahead of the unfiltered one (same token budget)"]
     assert ok and "intervals overlap" in numbers and "step match 55.0 vs 41.0" in numbers
     text = distill_report.write(rows, tmp_path, "# t", distill_report.targets(rows, ["base", "sft"]),
                                 {})["markdown"].read_text()
     assert "| ASR [95 %] |" in text and "| step match |" in text
-    assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 |" in text
+    assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 | 10.0 |" in text
+    assert "| recommendation right (teacher-forced) |" in text and "| 20.0 | – |" in text  # base: not measured
     assert "Wilson" in text and "n = the number of held-out problems" in text
 
 

@@ -5,7 +5,8 @@ checkpoint (stage/version), the train_corpus snapshot behind it and that snapsho
 (gated or unfiltered), what the stage trained on (dataset, rows, steps, tokens), and held-out
 ASR, pass@1, pass@k and ASR per category, each ASR with its 95 % interval (`metrics.wilson_interval`
 over problems), and three readings of why: the teacher-forced next-step match on the fair policy's
-trajectories (`eval.step_match`, dense where ASR sits at the floor), the share of format-valid
+trajectories (`eval.step_match`, dense where ASR sits at the floor) and, from it, the share of
+the fair policy's recommendations the policy makes with the same ids, the share of format-valid
 episodes and the share of search words taken from the request (`metrics.search_grounding`).
 `targets` checks the issue's goals against the rows.
 """
@@ -24,7 +25,9 @@ INTERVAL_NOTE = ("ASR intervals: 95 % Wilson score intervals with n = the number
                  "problems was not chosen because it collapses to a zero-width interval at an ASR of 0 or 1. Step "
                  "match: the policy's next call after each prefix of the fair policy's held-out trajectory, scored "
                  "(1 + argument-key Jaccard + share of argument values matched) / 3, 0 for another tool; greedy "
-                 "decoding; averaged over a problem's steps, then over problems.")
+                 "decoding; averaged over a problem's steps, then over problems. Recommendation right: the share of the fair "
+                 "policy's recommend_product steps at which the policy, given the same prefix, recommends exactly the "
+                 "same ids.")
 
 
 def _interval(group: dict[str, Any]) -> list[float] | None:
@@ -54,6 +57,8 @@ def row(policy: str, summary: dict[str, Any], lineage: dict[str, Any] | None = N
         "problems": (summary.get("counts") or {}).get("problems"),
         "samples": (summary.get("counts") or {}).get("samples"),  # episodes
         "step_match": (step_match or {}).get("step_match"), "step_match_steps": (step_match or {}).get("steps"),
+        # the copy apart from the protocol: at the fair policy's recommendation, the right ids
+        "recommendation_right": (((step_match or {}).get("by_tool") or {}).get("recommend_product") or {}).get("exact"),
         # why an ASR is what it is: well-formed episodes, and searches that read the request
         "format_valid": summary.get("format_valid_rate"),
         "search_words_from_request": (summary.get("search_grounding") or {}).get("word_share"),
@@ -86,7 +91,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: metrics in points (%), then what each number was measured on."""
     k = top_k(rows)
     head = ["policy", "ASR [95 %]", "pass@1", f"pass@{k}", f"pass@{k} − pass@1", "Product", "Shop", "Voucher",
-            "step match", "format-valid episodes", "search words from the request", "checkpoint", "corpus (source)", "trained on", "steps", "tokens"]
+            "step match", "recommendation right (teacher-forced)", "format-valid episodes", "search words from the request", "checkpoint", "corpus (source)", "trained on", "steps", "tokens"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         corpus = f"`{r['corpus']}` ({r['corpus_source']})" if r["corpus"] else r["note"]
@@ -95,7 +100,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                  _pct(r["pass_at_k"].get(k) if k else None), _pct(gap(r, k)),
                  *[_rate(r["by_category"].get(c), (r.get("by_category_interval") or {}).get(c))
                    for c in ("Product", "Shop", "Voucher")],
-                 _pct(r.get("step_match")), _pct(r.get("format_valid")), _pct(r.get("search_words_from_request")),
+                 _pct(r.get("step_match")), _pct(r.get("recommendation_right")), _pct(r.get("format_valid")),
+                 _pct(r.get("search_words_from_request")),
                  f"`{r['checkpoint']}`" if r["checkpoint"] else "", corpus, trained,
                  "" if r["steps"] is None else str(r["steps"]), "" if r["tokens"] is None else f"{r['tokens']:,}"]
         if r.get("not_trained"):

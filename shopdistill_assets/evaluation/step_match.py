@@ -92,19 +92,26 @@ def step_match(policy: ChatPolicy, problems: Sequence[Problem], catalog: Catalog
                max_tokens: int | None = None, seed: int = 0, concurrency: int = 1) -> dict[str, Any]:
     """Mean next-step tool match over the teacher's steps, per problem then over problems
     (greedy decoding: a dense reading, not a sample); `format_valid_steps` is the share of
-    steps answered with exactly one well-formed call."""
+    steps answered with exactly one well-formed call; `by_tool`, per tool the teacher called, its
+    steps, their mean match and the share matched exactly (right tool, keys and every value: for
+    a recommendation, the right ids), so a copied id shows apart from the protocol."""
     schemas = tool_schemas(tool_names)
     given = steps_by_problem or {}
     steps = [s for p in problems for s in (given.get(p.problem_id) or teacher_steps(p, catalog, tool_names=tool_names))]
     with ThreadPoolExecutor(max(1, concurrency)) as pool:  # across problems: a batched checkpoint fills its batch
         scores = list(pool.map(lambda s: _score(policy, s, schemas, seed, max_tokens), steps))
     by_problem: dict[str, list[float]] = {}
+    by_tool: dict[str, list[float]] = {}
     for step, (match, _, _) in zip(steps, scores):
         by_problem.setdefault(step.problem_id, []).append(match)
+        by_tool.setdefault(step.name, []).append(match)
     means = [sum(v) / len(v) for v in by_problem.values()]
     return {"step_match": sum(means) / len(means) if means else None,
             "format_valid_steps": sum(f for _, f, _ in scores) / len(scores) if scores else None,
-            "problems": len(means), "steps": len(steps), "policy_errors": sum(e for _, _, e in scores)}
+            "problems": len(means), "steps": len(steps), "policy_errors": sum(e for _, _, e in scores),
+            "by_tool": {name: {"steps": len(v), "match": round(sum(v) / len(v), 6),
+                               "exact": round(sum(m == 1.0 for m in v) / len(v), 6)}
+                        for name, v in sorted(by_tool.items())}}
 
 
 def endpoint_policy(endpoint: str, model: str, timeout_s: float = 120.0) -> ChatPolicy:
