@@ -70,15 +70,17 @@ def lr_scale(step: int, steps: int, warmup: int) -> float:
 
 
 def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: random.Random, pages: int = 4,
-                         max_results: int = 10, dense: bool = False) -> list[dict[str, Any]]:
+                         max_results: int = 10, dense: bool = False,
+                         looks: tuple[str, ...] = ("view_product_information",)) -> list[dict[str, Any]]:
     """A denser browsing transcript: `pages` searches, each page cut to its first 1..`max_results`
     results (a page of the sandbox's own), and after each one a look at its first result. The
     place of the id to copy moves with the page's length, so only "the first id of the last page"
     predicts it, not a fixed distance back (the shortcut a fixed-length copy task teaches).
     `dense`: only the pages and the looks (no search call, no product page after the look), so
-    a text holds a copy every ~150 tokens rather than every ~500. Read (dense) by `learn_picking`
-    and by benchmarks/pick_probe.py; browsing transcripts alone did not teach the choice
-    (results/distill/README.md)."""
+    a text holds a copy every ~150 tokens rather than every ~500. `looks`: the tool of each look,
+    drawn per look (`product_ids` either way): a look that is a recommend_product call is the
+    arena's own last step. Read (dense) by `learn_picking` and by benchmarks/pick_probe.py;
+    browsing transcripts alone did not teach the choice (results/distill/README.md)."""
     named = products[rng.randrange(len(products))]
     messages: list[dict[str, Any]] = [{"role": "user", "content": BROWSE_PROMPT.format(
         " ".join(str(named.get("title") or "").lower().split()))}]
@@ -91,13 +93,14 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
         page = page[: rng.randint(1, min(max_results, len(page)))]
         call = _call(f"call_{2 * n}", "find_product", {"q": q, "page": 1})
         first = str(page[0]["product_id"])
-        view = _call(f"call_{2 * n + 1}", "view_product_information", {"product_ids": first})
+        view = _call(f"call_{2 * n + 1}", looks[rng.randrange(len(looks))] if len(looks) > 1 else looks[0],
+                     {"product_ids": first})
         look = [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
                 {"role": "assistant", "content": "", "tool_calls": [view]}]
         if dense:
             messages += look
             continue
-        info = sandbox.call("view_product_information", {"product_ids": first}).content()
+        info = sandbox.call(view["function"]["name"], {"product_ids": first}).content()
         messages += [{"role": "assistant", "content": "", "tool_calls": [call]}, *look,
                      {"role": "tool", "tool_call_id": view["id"], "content": json.dumps(info, ensure_ascii=False)}]
     return messages
@@ -107,6 +110,10 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
 # choice "the first result of the last page" forms at AdamW 5e-4 on one page and not from a fresh
 # model on several, while a one-page model learns 2 and 4 pages in a few hundred steps.
 PICKING_CURRICULUM: tuple[tuple[int, int, int], ...] = ((1, 16, 1000), (2, 8, 500), (4, 4, 500))
+# Looks of both kinds, in the conversation the evaluation serves (its system prompt and tool
+# schemas): learned on view calls in a bare transcript, the pick reached the fair policy's held-out
+# recommend_product steps at about half its rate in the transcripts (results/distill/README.md).
+PICKING_LOOKS = ("view_product_information", "recommend_product")
 _TOOL_CALL = re.compile(r"<tool_call>.*?</tool_call>", re.S)
 _PICKED = re.compile(r'"product_ids"\s*:\s*"([^"]*)"')
 
@@ -123,17 +130,22 @@ def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[lis
 def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                   curriculum: Iterable[tuple[int, int, int]] = PICKING_CURRICULUM, lr: float = 5e-4,
                   max_results: int = 10, max_length: int = 4096, seed: int = 0, measure: int = 50,
+                  looks: tuple[str, ...] = PICKING_LOOKS, served: bool = True,
                   threads: int | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns to look at the first result of the last page: dense picking transcripts
     (`picking_conversation`) in phases of more pages before each look, loss on the ids the look
-    calls write only, each phase warmup then cosine. After each phase, the share of looks in
+    calls write only, each phase warmup then cosine. `looks`: the look's tool, drawn per look;
+    `served`: each transcript opens with the evaluation's system prompt and tool schemas, as the
+    policy will be served (a few tokens with whole pieces). After each phase, the share of looks in
     `measure` fresh transcripts (another seed) whose id's first token is right, teacher forced.
     Catalogue only: no problem is read. Saves the model and tokenizer to `out` and records the
     phase in the card beside the weights (`picking`). `log` hears the loss every 100 steps."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
     from shopdistill_assets.sandbox.tools import Sandbox
 
     if threads:
@@ -144,12 +156,14 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
     catalog = load_catalog(catalog_dir)
     sandbox, products = Sandbox(catalog), sorted(catalog, key=lambda p: p["product_id"])
 
+    system, tools = ([{"role": "system", "content": SYSTEM_PROMPT}], tool_schemas()) if served else ([], None)
+
     def encoded(n: int, pages: int, rng: random.Random) -> list[tuple[list[int], list[list[int]]]]:
         rows = []
         for _ in range(n):
             text = tokenizer.apply_chat_template(
-                picking_conversation(products, sandbox, rng, pages=pages, max_results=max_results, dense=True),
-                tokenize=False)
+                system + picking_conversation(products, sandbox, rng, pages=pages, max_results=max_results, dense=True,
+                                              looks=looks), tools=tools, tokenize=False)
             ids, written = picked_id_positions(tokenizer, text, max_length)
             if written:
                 rows.append((ids, written))
@@ -180,7 +194,8 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
     tokenizer.save_pretrained(out)
     card_path = Path(base) / CARD
     card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
-    card["picking"] = {"learning_rate": lr, "max_results": max_results, "phases": phases,
+    card["picking"] = {"learning_rate": lr, "max_results": max_results, "looks": list(looks), "served": served,
+                       "phases": phases,
                        "seconds": round(time.monotonic() - started, 1),
                        "note": "picking transcripts of the catalogue (a look at the first result of the last page), "
                                "loss on the looked-at ids; part of the base; no problem read"}
