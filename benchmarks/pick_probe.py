@@ -14,7 +14,9 @@ assistant turns, AdamW with warmup and cosine, then measured teacher forced on f
 page's first id instead (the right choice on the wrong page), every token right (the copy), by the
 page's length. Catalogue pages only: no problem, held-out or not, is read. Measured: at lr 2e-3 the
 choice never forms; at 5e-4 it does on one page (`--pages 1 --batch 16`), and a `--save`d one-page
-model learns 2 and 4 pages (`--base`); results/distill/README.md.
+model learns 2 and 4 pages (`--base`); results/distill/README.md. `--steps 0 --heldout OUT` measures
+a checkpoint of a distill.py run where the pick is used: at the fair policy's recommend_product steps
+on that run's held-out problems, teacher forced, in the conversation the evaluation serves.
 """
 
 from __future__ import annotations
@@ -55,6 +57,35 @@ def transcripts(catalog: Path, n: int, seed: int, tokenizer, pages: int, max_res
         results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
         lengths = [len(r) for r in results if r and "title" in r[0]]  # search pages, not the looks' product pages
         out.append((tokenizer.apply_chat_template(messages, tokenize=False), lengths))
+    return out
+
+
+def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str, list[int], int]]:
+    """(rendered text, the last page's length, ids recommended) at each of the fair policy's
+    recommend_product steps on the first `limit` held-out problems of a distill.py run (`--out`):
+    the conversation as the evaluation serves it (system prompt, tool schemas, real tool results)
+    with the fair policy's call at its end. Measured only, never trained on."""
+    from resources.lake import LakeResource
+    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.evaluation.step_match import teacher_steps
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
+
+    lake = LakeResource(root=str(home / "lake"))
+    problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+    catalog = load_catalog(home / "arena" / "catalog")
+    out = []
+    for problem in problems:
+        for step in teacher_steps(problem, catalog):
+            if step.name != "recommend_product":
+                continue
+            call = {"id": "call_r", "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
+            messages = [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]
+            pages = [json.loads(m["content"]) for m in step.prefix if m["role"] == "tool" and m.get("content")]
+            pages = [r for r in pages if isinstance(r, list) and r and "title" in r[0]]
+            out.append((tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False),
+                        [len(pages[-1]) if pages else 0], len(json.loads(step.arguments)["product_ids"].split(","))))
     return out
 
 
@@ -146,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                    "the view calls write (is the copy diluted among the call's other tokens?)")
     p.add_argument("--batch", type=int, default=1, help="transcripts a step (right-padded): more looks per update "
                    "without more pages before each look")
-    p.add_argument("--eval", type=int, default=40, help="fresh transcripts measured")
+    p.add_argument("--eval", type=int, default=40, help="fresh transcripts measured (with --heldout: problems)")
+    p.add_argument("--heldout", type=Path, default=None, help="a distill.py run's --out: measure instead at the fair "
+                   "policy's recommend_product steps on its held-out problems, teacher forced, in the conversation "
+                   "the evaluation serves (does the pick reach the arena's own last step?)")
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--threads", type=int, default=2)
@@ -174,8 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     train = [(encode(tokenizer, t, args.max_length), k) for t, k in
              transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
-    held = [(encode(tokenizer, t, args.max_length), k) for t, k in
-            transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
+    if args.heldout:  # the recommendation's ids only (the prefix's calls write shop ids too)
+        held = []
+        for text, k, n in heldout_recommendations(args.heldout, tokenizer, args.eval):
+            ids, mask, written = encode(tokenizer, text, args.max_length)
+            held.append(((ids, mask, written[-n:]), k * n))
+    else:
+        held = [(encode(tokenizer, t, args.max_length), k) for t, k in
+                transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
     shown = train or held
     print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in shown) / max(1, len(shown)):.0f} tokens each; "
           f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
