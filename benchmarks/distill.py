@@ -73,8 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "a number or an id is the same tokens wherever it stands, so a copy is a lookup, not a mapping")
     p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=False,
                    help="the JSON before an id one token each (tiny_model.ID_KEY_PIECES), so the first result's id "
-                   "follows a token of its own: pick_probe learned the pick with them (0.605 on 4 pages), "
-                   "learn_picking on a base without them 0.25; no full run has used them")
+                   "follows a token of its own: learn_picking's first token after 4 pages 0.515 with them (run4), "
+                   "0.25 without")
     p.add_argument("--pretrain-steps", type=int, default=800, help="the base reads arena text first (training/"
                    "arena_base.py: catalogue browsing transcripts and train-side trajectories, loss on every token), "
                    "one text a step; 0: the random base as it is")
@@ -82,8 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--picking", action=argparse.BooleanOptionalAction, default=False,
                    help="after the reading, the base learns to look at the first result of the last page (arena_base."
                    "learn_picking: one page, then 2, then 4, AdamW --picking-lr, loss on the looked-at ids; ~40 CPU "
-                   "min): pick_probe.py measured it learnable this way, no full run has used it yet")
+                   "min): pick_probe.py measured it learnable this way; run4 used it (results/distill/README.md)")
     p.add_argument("--picking-lr", type=float, default=5e-4)
+    p.add_argument("--picking-served", action=argparse.BooleanOptionalAction, default=False,
+                   help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
+                   "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
+                   "recommendations")
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
@@ -221,11 +225,12 @@ def pretrain_base(args: argparse.Namespace, random_base: Path, rows: list[dict],
 
 def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     """The base learns the arena's most common pick (training/arena_base.learn_picking)."""
-    from shopdistill_assets.training.arena_base import PICKING_CURRICULUM, learn_picking
+    from shopdistill_assets.training.arena_base import PICKING_CURRICULUM, SERVED_LOOKS, learn_picking
 
     out = home / "models" / f"qwen3-{args.size}-picking"
     picking = learn_picking(base, home / "arena" / "catalog", out, curriculum=args.picking_curriculum or PICKING_CURRICULUM,
                             lr=args.picking_lr, max_length=args.max_length, seed=args.seed,
+                            **({"looks": SERVED_LOOKS, "served": True} if args.picking_served else {}),
                             log=lambda line: print(f"   {line}", flush=True))
     for p in picking["phases"]:
         print(f"   picking, {p['pages']} page(s) before each look: {p['steps']} steps x {p['batch']}, {p['tokens']:,} "

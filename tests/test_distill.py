@@ -372,7 +372,7 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     from shopdistill_assets.sandbox.tools import Sandbox
     from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
-    from shopdistill_assets.training.arena_base import (CARD, PICKING_LOOKS, browsing_texts, learn_picking,
+    from shopdistill_assets.training.arena_base import (CARD, SERVED_LOOKS, browsing_texts, learn_picking,
                                                         picked_id_positions, picking_conversation)
     from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, build_tokenizer,
                                                         fixed_prompt_pieces)
@@ -385,9 +385,9 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
                              whole_pieces=fixed_prompt_pieces())  # as distill.py builds it: the served prompt is short
     tokenizer = AutoTokenizer.from_pretrained(base)
     conversation = picking_conversation(sorted(catalog, key=lambda p: p["product_id"]), Sandbox(catalog),
-                                        random.Random(4), pages=6, max_results=4, dense=True, looks=PICKING_LOOKS)
+                                        random.Random(4), pages=6, max_results=4, dense=True, looks=SERVED_LOOKS)
     calls = [m["tool_calls"][0]["function"] for m in conversation if m.get("tool_calls")]
-    assert {c["name"] for c in calls} == set(PICKING_LOOKS)  # views and recommendations, drawn per look
+    assert {c["name"] for c in calls} == set(SERVED_LOOKS)  # views and recommendations, drawn per look
     looked = [json.loads(c["arguments"])["product_ids"] for c in calls]
     served = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, *conversation],
                                            tools=tool_schemas(), tokenize=False)  # as learn_picking renders it
@@ -397,11 +397,11 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     assert {tokenizer.decode([ids[w[0] - 1]]) for w in written} == {ID_KEY_PIECES[2]}  # the call's key, one token
 
     picking = learn_picking(base, catalog_dir, tmp_path / "picked", curriculum=((1, 2, 3), (2, 1, 2)), measure=3,
-                            max_length=2048)
+                            max_length=2048, looks=SERVED_LOOKS, served=True)
     assert [(p["pages"], p["batch"], p["steps"]) for p in picking["phases"]] == [(1, 2, 3), (2, 1, 2)]
     assert all(p["tokens"] > 0 and 0.0 <= p["first_token_right"] <= 1.0 for p in picking["phases"])
     card = json.loads((tmp_path / "picked" / CARD).read_text())["picking"]
-    assert card["learning_rate"] == 5e-4 and card["looks"] == list(PICKING_LOOKS) and card["served"] is True
+    assert card["learning_rate"] == 5e-4 and card["looks"] == list(SERVED_LOOKS) and card["served"] is True
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "picked").config.hidden_size == 128
 
 
