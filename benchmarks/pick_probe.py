@@ -60,7 +60,7 @@ def transcripts(catalog: Path, n: int, seed: int, tokenizer, pages: int, max_res
     return out
 
 
-def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str, list[int], int]]:
+def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str, int, int]]:
     """(rendered text, the last page's length, ids recommended) at each of the fair policy's
     recommend_product steps on the first `limit` held-out problems of a distill.py run (`--out`):
     the conversation as the evaluation serves it (system prompt, tool schemas, real tool results)
@@ -85,7 +85,7 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
             pages = [json.loads(m["content"]) for m in step.prefix if m["role"] == "tool" and m.get("content")]
             pages = [r for r in pages if isinstance(r, list) and r and "title" in r[0]]
             out.append((tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False),
-                        [len(pages[-1]) if pages else 0], len(json.loads(step.arguments)["product_ids"].split(","))))
+                        len(pages[-1]) if pages else 0, len(json.loads(step.arguments)["product_ids"].split(","))))
     return out
 
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         held = []
         for text, k, n in heldout_recommendations(args.heldout, tokenizer, args.eval):
             ids, mask, written = encode(tokenizer, text, args.max_length)
-            held.append(((ids, mask, written[-n:]), k * n))
+            held.append(((ids, mask, written[-n:]), [k] * n))
     else:
         held = [(encode(tokenizer, t, args.max_length), k) for t, k in
                 transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]

@@ -269,7 +269,11 @@ def test_report_renders_step_match_and_asr_intervals(tmp_path):
                                 {})["markdown"].read_text()
     assert "| ASR [95 %] |" in text and "| step match |" in text
     assert "| base | 0.0 [0.0–11.4] |" in text and "| 3.3 [0.6–16.7] |" in text and "| 55.0 | 10.0 |" in text
-    assert "| recommendation right (teacher-forced) |" in text and "| 20.0 | – |" in text  # base: not measured
+    lines = text.splitlines()
+    head = next(line for line in lines if line.startswith("| policy |")).split(" | ")
+    column = head.index("recommendation right (teacher-forced)")
+    cells = {line.split(" | ")[0]: line.split(" | ") for line in lines if line.startswith("| ") and " | " in line}
+    assert cells["| base"][column] == "–" and cells["| sft"][column] == "10.0"  # base: no by_tool, not measured
     assert "Wilson" in text and "n = the number of held-out problems" in text
 
 
@@ -371,9 +375,8 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     from shopdistill_assets.sandbox import write_catalog
     from shopdistill_assets.sandbox.tools import Sandbox
     from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
-    from shopdistill_assets.sandbox.tool_specs import tool_schemas
     from shopdistill_assets.training.arena_base import (CARD, SERVED_LOOKS, browsing_texts, learn_picking,
-                                                        picked_id_positions, picking_conversation)
+                                                        picked_id_positions, picking_conversation, picking_text)
     from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, build_tokenizer,
                                                         fixed_prompt_pieces)
 
@@ -389,12 +392,13 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     calls = [m["tool_calls"][0]["function"] for m in conversation if m.get("tool_calls")]
     assert {c["name"] for c in calls} == set(SERVED_LOOKS)  # views and recommendations, drawn per look
     looked = [json.loads(c["arguments"])["product_ids"] for c in calls]
-    served = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, *conversation],
-                                           tools=tool_schemas(), tokenize=False)  # as learn_picking renders it
-    ids, written = picked_id_positions(tokenizer, served, 4096)
-    assert looked and [tokenizer.decode([ids[i] for i in positions]).strip() for positions in written] == looked
-    assert len(ids) > 20 * sum(len(w) for w in written)  # the pages are context, not loss
-    assert {tokenizer.decode([ids[w[0] - 1]]) for w in written} == {ID_KEY_PIECES[2]}  # the call's key, one token
+    for served in (False, True):  # learn_picking's two renderings
+        text = picking_text(tokenizer, conversation, served)
+        assert (SYSTEM_PROMPT in text) is served
+        ids, written = picked_id_positions(tokenizer, text, 4096)
+        assert looked and [tokenizer.decode([ids[i] for i in positions]).strip() for positions in written] == looked
+        assert len(ids) > 20 * sum(len(w) for w in written)  # the pages are context, not loss
+        assert {tokenizer.decode([ids[w[0] - 1]]) for w in written} == {ID_KEY_PIECES[2]}  # the call's key, one token
 
     picking = learn_picking(base, catalog_dir, tmp_path / "picked", curriculum=((1, 2, 3), (2, 1, 2)), measure=3,
                             max_length=2048, looks=SERVED_LOOKS, served=True)

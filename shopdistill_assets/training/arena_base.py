@@ -93,6 +93,7 @@ def picking_conversation(products: list[dict[str, Any]], sandbox: Any, rng: rand
         page = page[: rng.randint(1, min(max_results, len(page)))]
         call = _call(f"call_{2 * n}", "find_product", {"q": q, "page": 1})
         first = str(page[0]["product_id"])
+        # one look tool draws nothing: the transcripts (and pick_probe's figures) stay those of before
         view = _call(f"call_{2 * n + 1}", looks[rng.randrange(len(looks))] if len(looks) > 1 else looks[0],
                      {"product_ids": first})
         look = [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(page, ensure_ascii=False)},
@@ -129,6 +130,18 @@ def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[lis
     return ids, [w for w in written if w]
 
 
+def picking_text(tokenizer: Any, conversation: list[dict[str, Any]], served: bool = False) -> str:
+    """A picking transcript rendered with `tokenizer`'s chat template; `served`: after the
+    evaluation's system prompt and with its tool schemas, as the policy will be served."""
+    if not served:
+        return tokenizer.apply_chat_template(conversation, tokenize=False)
+    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    return tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, *conversation],
+                                         tools=tool_schemas(), tokenize=False)
+
+
 def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                   curriculum: Iterable[tuple[int, int, int]] = PICKING_CURRICULUM, lr: float = 5e-4,
                   max_results: int = 10, max_length: int = 4096, seed: int = 0, measure: int = 50,
@@ -145,9 +158,7 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox import load_catalog
-    from shopdistill_assets.sandbox.tool_specs import tool_schemas
     from shopdistill_assets.sandbox.tools import Sandbox
 
     if threads:
@@ -158,14 +169,12 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
     catalog = load_catalog(catalog_dir)
     sandbox, products = Sandbox(catalog), sorted(catalog, key=lambda p: p["product_id"])
 
-    system, tools = ([{"role": "system", "content": SYSTEM_PROMPT}], tool_schemas()) if served else ([], None)
-
     def encoded(n: int, pages: int, rng: random.Random) -> list[tuple[list[int], list[list[int]]]]:
         rows = []
         for _ in range(n):
-            text = tokenizer.apply_chat_template(
-                system + picking_conversation(products, sandbox, rng, pages=pages, max_results=max_results, dense=True,
-                                              looks=looks), tools=tools, tokenize=False)
+            conversation = picking_conversation(products, sandbox, rng, pages=pages, max_results=max_results,
+                                                dense=True, looks=looks)
+            text = picking_text(tokenizer, conversation, served)
             ids, written = picked_id_positions(tokenizer, text, max_length)
             if written:
                 rows.append((ids, written))
