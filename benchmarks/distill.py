@@ -88,6 +88,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
+    p.add_argument("--recommending-steps", type=int, default=0, help="then the base learns the arena's last step "
+                   "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
+                   "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch")
+    p.add_argument("--recommending-batch", type=int, default=4)
+    p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
@@ -130,6 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
+        args.recommending_steps = min(args.recommending_steps, 4)
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
     return args
 
@@ -196,6 +202,8 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         path = pretrain_base(args, path, rows, corpus_version, home)
     if args.picking:
         path = picking_base(args, path, home)
+    if args.recommending_steps:
+        path = recommending_base(args, path, lake, home)
     from transformers import AutoTokenizer
 
     from shopdistill_assets.training.tiny_model import loss_copy_share
@@ -235,6 +243,39 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     for p in picking["phases"]:
         print(f"   picking, {p['pages']} page(s) before each look: {p['steps']} steps x {p['batch']}, {p['tokens']:,} "
               f"tokens, loss {p['final_loss']}, first token of the looked-at id right {p['first_token_right']}", flush=True)
+    return out
+
+
+def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:
+    """The base learns the recommend step as served, on train-side problems only
+    (training/arena_base.learn_recommending); a problem of the held-out set stops the run."""
+    from shopdistill_assets.core.canonical import text_key
+    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.split.heldout import HELDOUT_ASSET, GroundTruth, load_problems
+    from shopdistill_assets.split.train_side import train_side_truths
+    from shopdistill_assets.training.arena_base import learn_recommending, recommend_conversations
+    from shopdistill_assets.training.data_assets import newest_leak_day
+
+    day = newest_leak_day(lake)
+    problems = [truth for truth, *_ in train_side_truths(lake.read_day("leak_clusters", day),
+                                                        GroundTruth(load_problems(home / "arena" / "suites")))]
+    heldout = lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None))
+    held_ids, held_texts = set(heldout["problem_id"]), {text_key(q) for q in heldout["query"]}
+    leaked = [p.problem_id for p in problems if p.problem_id in held_ids or text_key(p.query) in held_texts]
+    if leaked:
+        raise SystemExit(f"recommend phase: {len(leaked)} problem(s) of the held-out set on the train side: {leaked[:5]}")
+    conversations = recommend_conversations(problems, load_catalog(home / "arena" / "catalog"))
+    out = home / "models" / f"qwen3-{args.size}-recommending"
+    card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,
+                              lr=args.recommending_lr, max_length=args.max_length, seed=args.seed,
+                              sources={"leak_clusters_day": day, "train_side_problems": len(problems)},
+                              log=lambda line: print(f"   {line}", flush=True))
+    kept = card["kept_back"]
+    print(f"   recommending: {card['steps']} steps x {card['batch']}, {card['steps_learned_from']} steps of "
+          f"{card['problems']} train-side problems, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
+          f"{card['final_loss']}; first token right on {kept['steps']} kept-back steps {kept['first_token_right_before']} "
+          f"-> {kept['first_token_right_after']}, {card['seconds']:.0f} s", flush=True)
     return out
 
 

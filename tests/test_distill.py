@@ -409,6 +409,51 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "picked").config.hidden_size == 128
 
 
+def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(heldout_arena, tmp_path):
+    """learn_recommending: the fair policy's recommend_product calls on the problems it is given,
+    served as evaluated, loss on the recommended ids only (nothing when the call is cut off); every
+    tenth problem kept back and measured; the phase steps and records itself in the card."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
+    from shopdistill_assets.sandbox import write_catalog
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+    from shopdistill_assets.training.arena_base import (CARD, browsing_texts, learn_recommending,
+                                                        recommend_conversations, recommended_id_positions)
+    from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, build_tokenizer,
+                                                        fixed_prompt_pieces)
+
+    catalog, problems = heldout_arena
+    given = problems[:8]
+    conversations = recommend_conversations(given, catalog)
+    assert conversations and {pid for pid, _ in conversations} <= {p.problem_id for p in given}
+    assert all(c[0] == {"role": "system", "content": SYSTEM_PROMPT} and c[1]["role"] == "user"
+               and c[-1]["tool_calls"][0]["function"]["name"] == "recommend_product" for _, c in conversations)
+    catalog_dir = tmp_path / "catalog"
+    write_catalog(catalog, catalog_dir / "documents.jsonl.gz")
+    base = build_small_model(tmp_path / "random", browsing_texts(catalog_dir, 6, 0, build_tokenizer(vocab_size=300)),
+                             size="h128l4", vocab_size=1200, identity=True, key_pieces=ID_KEY_PIECES,
+                             whole_pieces=fixed_prompt_pieces())
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    for _, conversation in conversations:
+        text = tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False)
+        ids, positions = recommended_id_positions(tokenizer, text, 8192)
+        recommended = json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])["product_ids"]
+        assert tokenizer.decode([ids[i] for i in positions]).replace(" ", "") == recommended.replace(" ", "")
+        assert positions[-1] < len(ids) - 1 and len(ids) > 10 * len(positions)  # the prefix is context, not loss
+        assert recommended_id_positions(tokenizer, text, positions[0])[1] == []  # cut off: no loss, no wrong target
+
+    card = learn_recommending(base, conversations, tmp_path / "recommending", steps=3, batch=2, max_length=8192,
+                              sources={"test": True})
+    kept = card["kept_back"]
+    assert card["steps"] == 3 and card["tokens"] > 0 and card["steps_learned_from"] + kept["steps"] == len(conversations)
+    assert kept["problems"] == len(sorted({pid for pid, _ in conversations})[::10]) and kept["steps"] >= 1
+    assert 0.0 <= kept["first_token_right_after"] <= 1.0
+    written = json.loads((tmp_path / "recommending" / CARD).read_text())["recommending"]
+    assert written["sources"] == {"test": True} and "no held-out problem" in written["note"]
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128
+
+
 def test_an_induction_batch_is_ordinary_tokens_written_twice():
     import torch
 

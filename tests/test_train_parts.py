@@ -17,7 +17,7 @@ from resources.checkpoint_store import (
     content_sha256,
 )
 from shopdistill_assets.corpus.messages import with_structured_messages
-from shopdistill_assets.split.train_side import not_train_side, problem_sides
+from shopdistill_assets.split.train_side import not_train_side, problem_sides, train_side_truths
 from shopdistill_assets.training.lineage import chain, merge_files, model_card, uses_of_day
 from shopdistill_assets.training.stages import rows
 from shopdistill_assets.training.stages.kto import class_weights
@@ -252,6 +252,26 @@ def test_problem_sides_by_key_then_by_text():
     assert sided["side"].to_list() == ["train", "heldout", "excluded", "train", "unknown"]
     bad = not_train_side(pl.concat([rows_, rows_]), leak)
     assert sorted(bad["side"].to_list()) == ["excluded", "heldout", "unknown"]
+
+
+def test_train_side_truths_are_train_side_suite_problems_once_each():
+    """What train_problems writes and the arena base's recommend phase plays: suite problems found
+    for train-side leak rows, by key or by text, one per suite problem, never a held-out one."""
+    from shopdistill_assets.sandbox.problems import Problem
+    from shopdistill_assets.split.heldout import GroundTruth
+
+    def problem(pid, query):
+        return Problem.from_dict({"problem_id": pid, "query": query, "category": "Product",
+                                  "reward": {"product_id": "1", "shop_id": "1"}})
+
+    truth = GroundTruth([problem("s1", "Red kettle"), problem("s2", "Blue mug"), problem("s3", "Green hat")])
+    leak = pl.DataFrame({"problem_id": ["s1", "x9", "s2", "k7", "zz"],
+                         "query": ["Red kettle", "red  KETTLE!", "Blue mug", "Green hat", "never a suite problem"],
+                         "leak_cluster_id": ["c1", "c1", "c2", "c3", "c4"],
+                         "side": ["train", "train", "heldout", "train", "train"],
+                         "first_day": ["2026-11-01"] * 5})
+    matched = train_side_truths(leak, truth)
+    assert [(t.problem_id, key, cluster) for t, key, cluster, _ in matched] == [("s1", "s1", "c1"), ("s3", "k7", "c3")]
 
 
 HELM_POD_SPEC = json.dumps({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},

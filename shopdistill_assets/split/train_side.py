@@ -9,6 +9,8 @@ under a cluster whose side is `train`. Anything else
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from shopdistill_assets.core.canonical import text_key
@@ -39,3 +41,20 @@ def not_train_side(problems: pl.DataFrame, leak: pl.DataFrame) -> pl.DataFrame:
     """The distinct problems of `problems` that are not on the train side, with their side."""
     distinct = problems.select("problem_id", "query").unique(maintain_order=True)
     return problem_sides(distinct, leak).filter(pl.col("side") != "train")
+
+
+def train_side_truths(leak: pl.DataFrame, ground_truth: Any) -> list[tuple[Any, str, str, str]]:
+    """The train side of a `leak_clusters` day matched to suite problems with ground truth:
+    (suite problem, the leak row's problem_id, its leak_cluster_id, its first_day), one per suite
+    problem (its first phrasing, in cluster order). `ground_truth`: a `split.heldout.GroundTruth`.
+    What `train_problems` writes and what the arena base's recommend phase plays (no held-out problem)."""
+    train = leak.filter(pl.col("side") == "train").sort(["leak_cluster_id", "first_day", "problem_id"])
+    out, seen = [], set()
+    for leak_problem, query, cluster, first_day in train.select(
+            "problem_id", "query", "leak_cluster_id", "first_day").iter_rows():
+        truth = ground_truth.find(leak_problem, query)
+        if truth is None or truth.problem_id in seen:
+            continue
+        seen.add(truth.problem_id)
+        out.append((truth, leak_problem, cluster, first_day))
+    return out

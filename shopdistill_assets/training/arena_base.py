@@ -13,10 +13,12 @@ every token:
   - train-side trajectories (`train_corpus` rows), whole, tool results included.
 Then, optionally (`learn_picking`), the choice behind most of the arena's recommendations: the
 first result of the last page, taught on picking transcripts with one page before each look, then
-two, then four (benchmarks/pick_probe.py: not learned otherwise on CPU).
+two, then four (benchmarks/pick_probe.py: not learned otherwise on CPU); and (`learn_recommending`)
+that choice where the evaluation asks for it: the fair policy's recommend_product steps on
+train-side problems, in the conversation the policy is served, loss on the recommended ids.
 It is part of the base, reported as such (`arena_pretraining.json` beside the weights), and sees
-no held-out problem: the corpus rows come from the train side of the split, the pages from the
-catalogue every agent searches.
+no held-out problem: the corpus rows and the recommend steps' problems come from the train side of
+the split, the pages from the catalogue every agent searches.
 """
 
 from __future__ import annotations
@@ -212,6 +214,100 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                                "loss on the looked-at ids; part of the base; no problem read"}
     (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
     return card["picking"]
+
+
+def recommend_conversations(problems: Iterable[Any], catalog: Any) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(problem_id, conversation) for each recommend_product call the fair policy makes on
+    `problems` in the sandbox: the conversation the evaluation serves (system prompt, request, the
+    tools' own results) up to and including that call. The caller passes train-side problems only
+    (distill.py takes them from `split.train_side.train_side_truths` and checks their side)."""
+    from shopdistill_assets.evaluation.step_match import teacher_steps
+
+    out = []
+    for problem in problems:
+        for step in teacher_steps(problem, catalog):
+            if step.name == "recommend_product":
+                call = {"id": "call_r", "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
+                out.append((problem.problem_id, [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]))
+    return out
+
+
+def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[int]]:
+    """(token ids, the positions of the ids the text's last tool call recommends): nothing when
+    `max_length` cuts that call off."""
+    calls = list(_TOOL_CALL.finditer(text))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
+    if not calls or not offsets or offsets[-1][1] < calls[-1].end():
+        return ids, []
+    spans = [m.span(1) for m in _PICKED.finditer(text, *calls[-1].span())]
+    return ids, [i for i, (start, end) in enumerate(offsets) if end > start and any(a <= start < b for a, b in spans)]
+
+
+def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dict[str, Any]]]], out: str | Path, *,
+                       steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
+                       measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
+                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The base learns the arena's last step where the evaluation asks for it: the fair policy's
+    recommend_product calls on train-side problems (`recommend_conversations`), rendered as the
+    policy is served (system prompt, tool schemas), loss on the recommended ids only, AdamW warmup
+    then cosine. The picking transcripts teach the choice in their own format and it barely reached
+    these steps (results/distill/README.md, run4/run5); this phase trains it there. Every
+    `measure_every`-th problem is held back and measured (first token of a recommended id right,
+    teacher forced) before and after: train-side problems this phase never trained on. Saves the
+    model and tokenizer to `out` and records the phase in the card (`recommending`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    problem_ids = sorted({pid for pid, _ in conversations})
+    kept_back = set(problem_ids[::measure_every]) if measure_every else set()
+    train: list[tuple[list[int], list[int]]] = []
+    measured: list[tuple[list[int], list[list[int]]]] = []
+    for pid, conversation in conversations:
+        ids, positions = recommended_id_positions(
+            tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False), max_length)
+        if positions:
+            (measured.append((ids, [positions])) if pid in kept_back else train.append((ids, positions)))
+    if not train:
+        raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
+    started, before = time.monotonic(), _first_token_right(model, measured)
+    rng, losses, tokens = random.Random(seed), [], 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    model.train()
+    for step in range(1, steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * lr_scale(step, steps, min(20, steps))
+        rows = rng.sample(train, min(batch, len(train)))
+        losses.append(targeted_step(model, optimizer, rows))
+        tokens += sum(len(ids) for ids, _ in rows)
+        if log and step % 100 == 0:
+            log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
+    tail = losses[-max(1, len(losses) // 10):]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card_path = Path(base) / CARD
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
+    card["recommending"] = {
+        "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
+        "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
+        "first_loss": round(losses[0], 4) if losses else None,
+        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
+        "kept_back": {"problems": len(kept_back), "steps": len(measured), "first_token_right_before": before,
+                      "first_token_right_after": _first_token_right(model, measured)},
+        "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
+        "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
+                "the recommended ids; part of the base; no held-out problem read"}
+    (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return card["recommending"]
 
 
 def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[int]]]) -> float:

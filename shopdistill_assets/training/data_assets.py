@@ -45,7 +45,7 @@ from shopdistill_assets.corpus.corpus_parts import FINAL_OPTIONS
 from shopdistill_assets.instance import project_home
 from shopdistill_assets.split.assets import leak_clusters, train_corpus
 from shopdistill_assets.split.heldout import HELDOUT_COLUMNS, GroundTruth, heldout_row, rows_to_problems
-from shopdistill_assets.split.train_side import not_train_side
+from shopdistill_assets.split.train_side import not_train_side, train_side_truths
 from shopdistill_assets.training.lineage import merge_files
 from shopdistill_assets.training.stages import STAGES
 from shopdistill_assets.training.stages import rows as train_rows
@@ -131,16 +131,11 @@ def train_problems(context: AssetExecutionContext, config: TrainProblemsConfig, 
     leak = lake.read_day("leak_clusters", day)
     suite_paths = config.suites or [str(project_home() / "arena" / "suites")]
     ground_truth = GroundTruth([p for path in suite_paths for p in load_problems(Path(path))])
-    train = leak.filter(pl.col("side") == "train").sort(["leak_cluster_id", "first_day", "problem_id"])
-    rows, seen = [], set()
-    for leak_problem, query, cluster, first_day in train.select(
-            "problem_id", "query", "leak_cluster_id", "first_day").iter_rows():
-        truth = ground_truth.find(leak_problem, query)
-        if truth is None or truth.problem_id in seen:  # one row per suite problem: its first phrasing
-            continue
-        seen.add(truth.problem_id)
-        # the problem under its one identity (the key leak_clusters files it under), as held-out rows are
-        rows.append({**heldout_row(truth, leak_problem, cluster), "first_day": first_day})
+    train = leak.filter(pl.col("side") == "train")
+    matched = train_side_truths(leak, ground_truth)  # one row per suite problem: its first phrasing
+    # the problem under its one identity (the key leak_clusters files it under), as held-out rows are
+    rows = [{**heldout_row(truth, leak_problem, cluster), "first_day": first_day}
+            for truth, leak_problem, cluster, first_day in matched]
     frame = pl.DataFrame(rows, schema={**dict.fromkeys(HELDOUT_COLUMNS, pl.String), "first_day": pl.String})
     if config.limit is not None:
         frame = frame.head(config.limit)
@@ -151,7 +146,7 @@ def train_problems(context: AssetExecutionContext, config: TrainProblemsConfig, 
                                                       lake.scratch_dir())
     return _snapshot_result(version, folder, digest, frame.height, as_of_day=day,
                             train_side_problems_in_split=train.height,
-                            without_ground_truth=train.height - len(seen))
+                            without_ground_truth=train.height - len(matched))
 
 
 # -- rollouts -----------------------------------------------------------------------------
