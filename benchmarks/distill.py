@@ -254,7 +254,8 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.split.heldout import HELDOUT_ASSET, GroundTruth, load_problems
     from shopdistill_assets.split.train_side import train_side_truths
-    from shopdistill_assets.training.arena_base import learn_recommending, recommend_conversations
+    from shopdistill_assets.evaluation.step_match import recommend_conversations
+    from shopdistill_assets.training.arena_base import learn_recommending
     from shopdistill_assets.training.data_assets import newest_leak_day
 
     day = newest_leak_day(lake)

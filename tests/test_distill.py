@@ -418,8 +418,9 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox import write_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
+    from shopdistill_assets.evaluation.step_match import recommend_conversations
     from shopdistill_assets.training.arena_base import (CARD, browsing_texts, learn_recommending,
-                                                        recommend_conversations, recommended_id_positions)
+                                                        recommended_id_positions)
     from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, build_tokenizer,
                                                         fixed_prompt_pieces)
 

@@ -55,6 +55,21 @@ def teacher_steps(problem: Problem, catalog: Catalog, teacher: ChatPolicy | None
     return asyncio.run(_teacher_episode(problem, catalog, teacher, system_prompt, tool_schemas(tool_names)))
 
 
+def recommend_conversations(problems: Sequence[Problem], catalog: Catalog) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(problem_id, conversation) for each recommend_product call the fair policy makes on
+    `problems` in the sandbox: the conversation the evaluation serves (system prompt, request, the
+    tools' own results) up to and including that call: what the benchmark's base learns from
+    (training/arena_base.learn_recommending). The caller passes train-side problems only (distill.py
+    takes them from `split.train_side.train_side_truths` and checks them against the held-out set)."""
+    out = []
+    for problem in problems:
+        for step in teacher_steps(problem, catalog):
+            if step.name == "recommend_product":
+                call = {"id": "call_r", "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
+                out.append((problem.problem_id, [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]))
+    return out
+
+
 async def _teacher_episode(problem: Problem, catalog: Catalog, teacher: ChatPolicy, system_prompt: str,
                            schemas: list[dict[str, Any]]) -> list[TeacherStep]:
     traj = Trajectory([{"role": "system", "content": system_prompt}, {"role": "user", "content": problem.query}])

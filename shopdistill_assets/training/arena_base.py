@@ -15,7 +15,8 @@ Then, optionally (`learn_picking`), the choice behind most of the arena's recomm
 first result of the last page, taught on picking transcripts with one page before each look, then
 two, then four (benchmarks/pick_probe.py: not learned otherwise on CPU); and (`learn_recommending`)
 that choice where the evaluation asks for it: the fair policy's recommend_product steps on
-train-side problems, in the conversation the policy is served, loss on the recommended ids.
+train-side problems (`evaluation.step_match.recommend_conversations`), in the conversation the
+policy is served, loss on the recommended ids.
 It is part of the base, reported as such (`arena_pretraining.json` beside the weights), and sees
 no held-out problem: the corpus rows and the recommend steps' problems come from the train side of
 the split, the pages from the catalogue every agent searches.
@@ -216,22 +217,6 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
     return card["picking"]
 
 
-def recommend_conversations(problems: Iterable[Any], catalog: Any) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(problem_id, conversation) for each recommend_product call the fair policy makes on
-    `problems` in the sandbox: the conversation the evaluation serves (system prompt, request, the
-    tools' own results) up to and including that call. The caller passes train-side problems only
-    (distill.py takes them from `split.train_side.train_side_truths` and checks their side)."""
-    from shopdistill_assets.evaluation.step_match import teacher_steps
-
-    out = []
-    for problem in problems:
-        for step in teacher_steps(problem, catalog):
-            if step.name == "recommend_product":
-                call = {"id": "call_r", "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
-                out.append((problem.problem_id, [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]))
-    return out
-
-
 def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[int]]:
     """(token ids, the positions of the ids the text's last tool call recommends): nothing when
     `max_length` cuts that call off."""
@@ -249,7 +234,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
-    recommend_product calls on train-side problems (`recommend_conversations`), rendered as the
+    recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
+    (problem_id, conversation) pairs), rendered as the
     policy is served (system prompt, tool schemas), loss on the recommended ids only, AdamW warmup
     then cosine. The picking transcripts teach the choice in their own format and it barely reached
     these steps (results/distill/README.md, run4/run5); this phase trains it there. Every
