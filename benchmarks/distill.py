@@ -246,16 +246,13 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     return out
 
 
-def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:
-    """The base learns the recommend step as served, on train-side problems only
-    (training/arena_base.learn_recommending); a problem of the held-out set stops the run."""
+def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
+    """(leak_clusters day, its train-side suite problems): `split.train_side.train_side_truths`, the
+    selection train_problems writes; any problem sharing an id or text with the held-out set stops the run."""
     from shopdistill_assets.core.canonical import text_key
     from shopdistill_assets.evaluation.assets import _newest_version
-    from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.split.heldout import HELDOUT_ASSET, GroundTruth, load_problems
     from shopdistill_assets.split.train_side import train_side_truths
-    from shopdistill_assets.evaluation.step_match import recommend_conversations
-    from shopdistill_assets.training.arena_base import learn_recommending
     from shopdistill_assets.training.data_assets import newest_leak_day
 
     day = newest_leak_day(lake)
@@ -265,7 +262,18 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     held_ids, held_texts = set(heldout["problem_id"]), {text_key(q) for q in heldout["query"]}
     leaked = [p.problem_id for p in problems if p.problem_id in held_ids or text_key(p.query) in held_texts]
     if leaked:
-        raise SystemExit(f"recommend phase: {len(leaked)} problem(s) of the held-out set on the train side: {leaked[:5]}")
+        raise SystemExit(f"{len(leaked)} train-side problem(s) of the held-out set: {leaked[:5]}")
+    return day, problems
+
+
+def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:
+    """The base learns the recommend step as served, on train-side problems only
+    (training/arena_base.learn_recommending)."""
+    from shopdistill_assets.evaluation.step_match import recommend_conversations
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.training.arena_base import learn_recommending
+
+    day, problems = train_side_problems(lake, home)
     conversations = recommend_conversations(problems, load_catalog(home / "arena" / "catalog"))
     out = home / "models" / f"qwen3-{args.size}-recommending"
     card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,

@@ -17,6 +17,9 @@ choice never forms; at 5e-4 it does on one page (`--pages 1 --batch 16`), and a 
 model learns 2 and 4 pages (`--base`); results/distill/README.md. `--steps 0 --heldout OUT` measures
 a checkpoint of a distill.py run where the pick is used: at the fair policy's recommend_product steps
 on that run's held-out problems, teacher forced, in the conversation the evaluation serves.
+`--recommend-from OUT` trains on the fair policy's recommend steps of OUT's train-side problems
+instead of picking transcripts (what `distill.py --recommending-steps` does), measured on the way
+with `--heldout OUT`; train side only: a problem shared with the held-out set stops it.
 """
 
 from __future__ import annotations
@@ -87,6 +90,29 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
             out.append((tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False),
                         len(pages[-1]) if pages else 0, len(json.loads(step.arguments)["product_ids"].split(","))))
     return out
+
+
+def train_recommendations(home: Path, tokenizer, max_length: int, encode) -> list:
+    """encode()d rows of the fair policy's recommend_product steps on the TRAIN-side problems of a
+    distill.py run (`--out`), served as evaluated, their written ids cut to the recommendation's
+    (what `distill.py --recommending-steps` trains the base on; held-out problems stop it)."""
+    from resources.lake import LakeResource
+    from shopdistill_assets.evaluation.step_match import recommend_conversations
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+
+    spec = importlib.util.spec_from_file_location("distill", REPO / "benchmarks" / "distill.py")
+    distill = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(distill)
+    _, problems = distill.train_side_problems(LakeResource(root=str(home / "lake")), home)
+    rows = []
+    for _, conversation in recommend_conversations(problems, load_catalog(home / "arena" / "catalog")):
+        n = len(json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])["product_ids"].split(","))
+        ids, mask, written = encode(tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(),
+                                                                             tokenize=False), max_length)
+        if len(written) >= n:
+            rows.append((ids, mask, written[-n:]))
+    return rows
 
 
 def fresh_base(args) -> Path:
@@ -181,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", type=Path, default=None, help="a distill.py run's --out: measure instead at the fair "
                    "policy's recommend_product steps on its held-out problems, teacher forced, in the conversation "
                    "the evaluation serves (does the pick reach the arena's own last step?)")
+    p.add_argument("--recommend-from", type=Path, default=None, help="a distill.py run's --out: train instead on the "
+                   "fair policy's recommend_product steps of its train-side problems (loss on the recommended ids; "
+                   "cycled in a fresh order each pass): distill.py --recommending-steps, measured on the way")
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--threads", type=int, default=2)
@@ -206,8 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                 if name.endswith(("q_norm.weight", "k_norm.weight")):
                     param.fill_(args.qk_norm)
     model.train()
-    train = [(encode(tokenizer, t, args.max_length), k) for t, k in
-             transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
+    if args.recommend_from:
+        rows, order, rng = train_recommendations(args.recommend_from, tokenizer, args.max_length, encode), [], random.Random(0)
+        while len(order) < args.steps * args.batch:
+            order += rng.sample(rows, len(rows))
+        train = [(row, None) for row in order[: args.steps * args.batch]]
+        args.loss_on = "ids"
+    else:
+        train = [(encode(tokenizer, t, args.max_length), k) for t, k in
+                 transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
     if args.heldout:  # the recommendation's ids only (the prefix's calls write shop ids too)
         held = []
         for text, k, n in heldout_recommendations(args.heldout, tokenizer, args.eval):
@@ -217,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         held = [(encode(tokenizer, t, args.max_length), k) for t, k in
                 transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]
     shown = train or held
-    print(f"{len(train)} picking transcripts, {sum(len(e[0][0]) for e in shown) / max(1, len(shown)):.0f} tokens each; "
+    print(f"{len(train)} {'train-side recommend steps' if args.recommend_from else 'picking transcripts'}, {sum(len(e[0][0]) for e in shown) / max(1, len(shown)):.0f} tokens each; "
           f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     cpu, tokens = 0.0, 0
