@@ -202,19 +202,11 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
         phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
                        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
                        "first_token_right": _first_token_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    card_path = Path(base) / CARD
-    card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
-    card["picking"] = {"learning_rate": lr, "max_results": max_results, "looks": list(looks), "served": served,
-                       "phases": phases,
-                       "seconds": round(time.monotonic() - started, 1),
-                       "note": "picking transcripts of the catalogue (a look at the first result of the last page), "
-                               "loss on the looked-at ids; part of the base; no problem read"}
-    (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
-    return card["picking"]
+    return _save_phase(model, tokenizer, base, out, "picking", {
+        "learning_rate": lr, "max_results": max_results, "looks": list(looks), "served": served, "phases": phases,
+        "seconds": round(time.monotonic() - started, 1),
+        "note": "picking transcripts of the catalogue (a look at the first result of the last page), "
+                "loss on the looked-at ids; part of the base; no problem read"})
 
 
 def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[int]]:
@@ -276,13 +268,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         if log and step % 100 == 0:
             log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
     tail = losses[-max(1, len(losses) // 10):]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    card_path = Path(base) / CARD
-    card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
-    card["recommending"] = {
+    return _save_phase(model, tokenizer, base, out, "recommending", {
         "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
         "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
         "first_loss": round(losses[0], 4) if losses else None,
@@ -291,9 +277,21 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                       "first_token_right_after": _first_token_right(model, measured)},
         "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
-                "the recommended ids; part of the base; no held-out problem read"}
+                "the recommended ids; part of the base; no held-out problem read"})
+
+
+def _save_phase(model: Any, tokenizer: Any, base: str | Path, out: str | Path, name: str,
+                record: dict[str, Any]) -> dict[str, Any]:
+    """Save a phase's model and tokenizer to `out`, with the base's card plus `record` under `name`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card_path = Path(base) / CARD
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
+    card[name] = record
     (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
-    return card["recommending"]
+    return record
 
 
 def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[int]]]) -> float:
