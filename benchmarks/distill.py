@@ -507,6 +507,10 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
         phases = read["picking"]["phases"]
         steps = ", ".join(f"{p['pages']} page(s): {p['steps']} steps" for p in phases)
         parts.append(f"picking ({steps}; first token right {phases[-1]['first_token_right']})")
+    if "recommending" in read:
+        r = read["recommending"]
+        parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
+                     f"first token right on kept-back ones {r['kept_back']['first_token_right_after']})")
     return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
 
 
