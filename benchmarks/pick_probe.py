@@ -19,7 +19,7 @@ a checkpoint of a distill.py run where the pick is used: at the fair policy's re
 on that run's held-out problems, teacher forced, in the conversation the evaluation serves.
 `--recommend-from OUT` trains on the fair policy's recommend steps of OUT's train-side problems
 instead of picking transcripts (what `distill.py --recommending-steps` does), measured on the way
-with `--heldout OUT`; train side only: a problem shared with the held-out set stops it.
+with `--heldout OUT`; train side only: a problem the train-side rule does not file there stops it.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def _encode():
-    spec = importlib.util.spec_from_file_location("distill_copy", REPO / "benchmarks" / "distill_copy.py")
+def _benchmark(name: str):
+    """A sibling script of benchmarks/ as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.encode
+    return module
 
 
 def transcripts(catalog: Path, n: int, seed: int, tokenizer, pages: int, max_results: int, dense: bool = False) -> list[tuple[str, list[int]]]:
@@ -95,16 +96,13 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
 def train_recommendations(home: Path, tokenizer, max_length: int, encode) -> list:
     """encode()d rows of the fair policy's recommend_product steps on the TRAIN-side problems of a
     distill.py run (`--out`), served as evaluated, their written ids cut to the recommendation's
-    (what `distill.py --recommending-steps` trains the base on; held-out problems stop it)."""
+    (what `distill.py --recommending-steps` trains the base on; a problem not on the train side stops it)."""
     from resources.lake import LakeResource
     from shopdistill_assets.evaluation.step_match import recommend_conversations
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
 
-    spec = importlib.util.spec_from_file_location("distill", REPO / "benchmarks" / "distill.py")
-    distill = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(distill)
-    _, problems = distill.train_side_problems(LakeResource(root=str(home / "lake")), home)
+    _, problems = _benchmark("distill").train_side_problems(LakeResource(root=str(home / "lake")), home)
     rows = []
     for _, conversation in recommend_conversations(problems, load_catalog(home / "arena" / "catalog")):
         n = len(json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])["product_ids"].split(","))
@@ -223,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    encode = _encode()
+    encode = _benchmark("distill_copy").encode
     base = args.base or fresh_base(args)
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
