@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=True,
                    help="spaces and punctuation split off every word and number (tiny_model.IDENTITY_SPLIT): a word, "
                    "a number or an id is the same tokens wherever it stands, so a copy is a lookup, not a mapping")
-    p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=False,
+    p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=True,
                    help="the JSON before an id one token each (tiny_model.ID_KEY_PIECES), so the first result's id "
                    "follows a token of its own: learn_picking's first token after 4 pages 0.515 with them (run4), "
                    "0.25 without")
@@ -79,18 +79,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "arena_base.py: catalogue browsing transcripts and train-side trajectories, loss on every token), "
                    "one text a step; 0: the random base as it is")
     p.add_argument("--pretrain-lr", type=float, default=2e-3)
-    p.add_argument("--picking", action=argparse.BooleanOptionalAction, default=False,
+    p.add_argument("--picking", action=argparse.BooleanOptionalAction, default=True,
                    help="after the reading, the base learns to look at the first result of the last page (arena_base."
                    "learn_picking: one page, then 2, then 4, AdamW --picking-lr, loss on the looked-at ids; ~40 CPU "
-                   "min): pick_probe.py measured it learnable this way; run4 used it (results/distill/README.md)")
+                   "min): pick_probe.py measured it learnable this way; on since run4 (results/distill/README.md)")
     p.add_argument("--picking-lr", type=float, default=5e-4)
     p.add_argument("--picking-served", action=argparse.BooleanOptionalAction, default=False,
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    p.add_argument("--recommending-steps", type=int, default=0, help="then the base learns the arena's last step "
+    p.add_argument("--recommending-steps", type=int, default=800, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
-                   "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch")
+                   "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
+                   "run6: the held-out recommend steps' first id token 0.094 -> 0.377 (0: no such phase)")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
@@ -106,8 +107,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
     p.add_argument("--sft-steps", type=int, default=1200, help="1.25 CPU s a step with --whole-pieces in a pilot "
                    "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps, copying was still improving")
-    p.add_argument("--sft-lr", type=float, default=None, help="default 2e-3 for the random small model, 1e-5 "
-                   "for a --base-model (a pretrained model would forget at 2e-3)")
+    p.add_argument("--sft-lr", type=float, default=None, help="default 5e-4 for the random small model (the "
+                   "rate at which the pick forms, pick_probe.py; run4 on), 1e-5 for a --base-model (a pretrained "
+                   "model would forget at higher rates)")
     p.add_argument("--rollout-problems", type=int, default=12, help="train problems rolled out (resft, teacher)")
     p.add_argument("--rollout-samples", type=int, default=4, help="resft: rollouts per train problem (k)")
     p.add_argument("--resft-steps", type=int, default=24)
@@ -129,7 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
     if args.sft_lr is None:
-        args.sft_lr = 1e-5 if args.base_model else 2e-3
+        args.sft_lr = 1e-5 if args.base_model else 5e-4
     if args.quick:
         args.days, args.traces_per_day, args.problems_per_day = 2, 400, 80
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
