@@ -538,9 +538,13 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
     goals = distill_report.targets(rows, ["base", *CHAIN])
     total_wall = sum(t[1] for t in TIMES)
     total_cpu = sum(t[2] for t in TIMES)
+    phases = [f"{args.pretrain_steps} steps of arena text" if args.pretrain_steps else "",
+              "picking" if args.picking else "", "recommending" if args.recommending_steps else ""]
+    base = f"`{args.base_model}`" if args.base_model else \
+        f"Qwen3 `{args.size}` ({', then '.join(['random init', *filter(None, phases)])})"
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"
               f", held-out set `{heldout}` ({rows[0]['problems']} problems x {args.eval_samples} samples), base model "
-              f"{f'`{args.base_model}`' if args.base_model else f'Qwen3 `{args.size}` (random init' + (f', then {args.pretrain_steps} steps of arena text' if args.pretrain_steps else '') + (', then picking' if args.picking else '') + ')'}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
+              f"{base}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
               f"(~{total_cpu / 120:.1f} min on two quiet cores).\n")
     folder = Path(store.root) / "reports" / f"distill-{started.strftime('%Y%m%dT%H%M%S')}"
     paths = distill_report.write(rows, folder, header, goals, {
