@@ -244,7 +244,8 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
                             log=lambda line: print(f"   {line}", flush=True))
     for p in picking["phases"]:
         print(f"   picking, {p['pages']} page(s) before each look: {p['steps']} steps x {p['batch']}, {p['tokens']:,} "
-              f"tokens, loss {p['final_loss']}, first token of the looked-at id right {p['first_token_right']}", flush=True)
+              f"tokens, loss {p['final_loss']}, the looked-at id right: first token {p['first_token_right']}, whole "
+              f"{p['whole_id_right']}", flush=True)
     return out
 
 
@@ -286,8 +287,9 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     kept = card["kept_back"]
     print(f"   recommending: {card['steps']} steps x {card['batch']}, {card['steps_learned_from']} steps of "
           f"{card['problems']} train-side problems, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
-          f"{card['final_loss']}; first token right on {kept['steps']} kept-back steps {kept['first_token_right_before']} "
-          f"-> {kept['first_token_right_after']}, {card['seconds']:.0f} s", flush=True)
+          f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
+          f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
+          f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s", flush=True)
     return out
 
 
@@ -509,12 +511,18 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
     if "picking" in read:
         phases = read["picking"]["phases"]
         steps = ", ".join(f"{p['pages']} page(s): {p['steps']} steps" for p in phases)
-        parts.append(f"picking ({steps}; first token right {phases[-1]['first_token_right']})")
+        parts.append(f"picking ({steps}; first token right {phases[-1]['first_token_right']}"
+                     f"{_whole(phases[-1].get('whole_id_right'))})")
     if "recommending" in read:
-        r = read["recommending"]
+        r, kept = read["recommending"], read["recommending"]["kept_back"]
         parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
-                     f"first token right on kept-back ones {r['kept_back']['first_token_right_after']})")
+                     f"first token right on kept-back ones {kept['first_token_right_after']}"
+                     f"{_whole(kept.get('whole_id_right_after'))})")
     return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
+
+
+def _whole(share: float | None) -> str:
+    return "" if share is None else f", whole id {share}"  # cards before the whole-id measure have none
 
 
 def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[str], sources: dict[str, str],

@@ -64,8 +64,8 @@ def transcripts(catalog: Path, n: int, seed: int, tokenizer, pages: int, max_res
     return out
 
 
-def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str, int, int]]:
-    """(rendered text, the last page's length, ids recommended) at each of the fair policy's
+def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str, int]]:
+    """(rendered text, the last page's length) at each of the fair policy's
     recommend_product steps on the first `limit` held-out problems of a distill.py run (`--out`):
     the conversation as the evaluation serves it (system prompt, tool schemas, real tool results)
     with the fair policy's call at its end. Measured only, never trained on."""
@@ -89,28 +89,33 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
             pages = [json.loads(m["content"]) for m in step.prefix if m["role"] == "tool" and m.get("content")]
             pages = [r for r in pages if isinstance(r, list) and r and "title" in r[0]]
             out.append((tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False),
-                        len(pages[-1]) if pages else 0, len(json.loads(step.arguments)["product_ids"].split(","))))
+                        len(pages[-1]) if pages else 0))
     return out
 
 
-def train_recommendations(home: Path, tokenizer, max_length: int, encode) -> list:
-    """encode()d rows of the fair policy's recommend_product steps on the TRAIN-side problems of a
-    distill.py run (`--out`), served as evaluated, their written ids cut to the recommendation's
-    (what `distill.py --recommending-steps` trains the base on; a problem not on the train side stops it)."""
+def recommend_row(tokenizer, text: str, max_length: int) -> tuple[list[int], None, list[list[int]]]:
+    """A served recommend step as a probe row: (ids, no mask, each recommended id's positions), the
+    positions `distill.py --recommending-steps` puts its loss on (arena_base.recommended_id_positions)."""
+    from shopdistill_assets.training.arena_base import recommended_id_positions
+
+    ids, groups = recommended_id_positions(tokenizer, text, max_length)
+    return ids, None, groups
+
+
+def train_recommendations(home: Path, tokenizer, max_length: int) -> list:
+    """Rows (recommend_row) of the fair policy's recommend_product steps on the TRAIN-side problems
+    of a distill.py run (`--out`), served as evaluated (what `distill.py --recommending-steps` trains
+    the base on; a problem not on the train side stops it); a step max_length cuts off is left out."""
     from resources.lake import LakeResource
     from shopdistill_assets.evaluation.step_match import recommend_conversations
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
 
     _, problems = _benchmark("distill").train_side_problems(LakeResource(root=str(home / "lake")), home)
-    rows = []
-    for _, conversation in recommend_conversations(problems, load_catalog(home / "arena" / "catalog")):
-        n = len(json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])["product_ids"].split(","))
-        ids, mask, written = encode(tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(),
-                                                                             tokenize=False), max_length)
-        if len(written) >= n:
-            rows.append((ids, mask, written[-n:]))
-    return rows
+    rows = [recommend_row(tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False),
+                          max_length)
+            for _, conversation in recommend_conversations(problems, load_catalog(home / "arena" / "catalog"))]
+    return [row for row in rows if row[2]]
 
 
 def fresh_base(args) -> Path:
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     param.fill_(args.qk_norm)
     model.train()
     if args.recommend_from:
-        rows, order, rng = train_recommendations(args.recommend_from, tokenizer, args.max_length, encode), [], random.Random(0)
+        rows, order, rng = train_recommendations(args.recommend_from, tokenizer, args.max_length), [], random.Random(0)
         while len(order) < args.steps * args.batch:
             order += rng.sample(rows, len(rows))
         train = [(row, None) for row in order[: args.steps * args.batch]]
@@ -244,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                  transcripts(args.catalog, args.steps * args.batch, 11, tokenizer, args.pages, args.max_results, args.dense)]
     if args.heldout:  # the recommendation's ids only (the prefix's calls write shop ids too)
         held = []
-        for text, k, n in heldout_recommendations(args.heldout, tokenizer, args.eval):
-            ids, mask, written = encode(tokenizer, text, args.max_length)
-            held.append(((ids, mask, written[-n:]), [k] * n))
+        for text, k in heldout_recommendations(args.heldout, tokenizer, args.eval):
+            row = recommend_row(tokenizer, text, args.max_length)
+            if row[2]:
+                held.append((row, [k] * len(row[2])))
     else:
         held = [(encode(tokenizer, t, args.max_length), k) for t, k in
                 transcripts(args.catalog, args.eval, 12, tokenizer, args.pages, args.max_results, args.dense)]

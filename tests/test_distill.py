@@ -403,7 +403,7 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     picking = learn_picking(base, catalog_dir, tmp_path / "picked", curriculum=((1, 2, 3), (2, 1, 2)), measure=3,
                             max_length=2048, looks=SERVED_LOOKS, served=True)
     assert [(p["pages"], p["batch"], p["steps"]) for p in picking["phases"]] == [(1, 2, 3), (2, 1, 2)]
-    assert all(p["tokens"] > 0 and 0.0 <= p["first_token_right"] <= 1.0 for p in picking["phases"])
+    assert all(p["tokens"] > 0 and 0.0 <= p["whole_id_right"] <= p["first_token_right"] <= 1.0 for p in picking["phases"])
     card = json.loads((tmp_path / "picked" / CARD).read_text())["picking"]
     assert card["learning_rate"] == 5e-4 and card["looks"] == list(SERVED_LOOKS) and card["served"] is True
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "picked").config.hidden_size == 128
@@ -436,20 +436,23 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
                              size="h128l4", vocab_size=1200, identity=True, key_pieces=ID_KEY_PIECES,
                              whole_pieces=fixed_prompt_pieces())
     tokenizer = AutoTokenizer.from_pretrained(base)
+    several = False  # one id a list of positions, also where a call recommends several
     for _, conversation in conversations:
         text = tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False)
-        ids, positions = recommended_id_positions(tokenizer, text, 8192)
+        ids, groups = recommended_id_positions(tokenizer, text, 8192)
         recommended = json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])["product_ids"]
-        assert tokenizer.decode([ids[i] for i in positions]).replace(" ", "") == recommended.replace(" ", "")
-        assert positions[-1] < len(ids) - 1 and len(ids) > 10 * len(positions)  # the prefix is context, not loss
-        assert recommended_id_positions(tokenizer, text, positions[0])[1] == []  # cut off: no loss, no wrong target
+        assert [tokenizer.decode([ids[i] for i in g]).strip() for g in groups] == [r.strip() for r in recommended.split(",")]
+        assert groups[-1][-1] < len(ids) - 1 and len(ids) > 10 * sum(map(len, groups))  # the prefix is context, not loss
+        assert recommended_id_positions(tokenizer, text, groups[0][0])[1] == []  # cut off: no loss, no wrong target
+        several = several or len(groups) > 1
 
     card = learn_recommending(base, conversations, tmp_path / "recommending", steps=3, batch=2, max_length=8192,
                               sources={"test": True})
     kept = card["kept_back"]
     assert card["steps"] == 3 and card["tokens"] > 0 and card["steps_learned_from"] + kept["steps"] == len(conversations)
     assert kept["problems"] == len(sorted({pid for pid, _ in conversations})[::10]) and kept["steps"] >= 1
-    assert 0.0 <= kept["first_token_right_after"] <= 1.0
+    assert several and kept["ids"] >= kept["steps"]
+    assert 0.0 <= kept["whole_id_right_after"] <= kept["first_token_right_after"] <= 1.0
     written = json.loads((tmp_path / "recommending" / CARD).read_text())["recommending"]
     assert written["sources"] == {"test": True} and "no held-out problem" in written["note"]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128

@@ -122,6 +122,19 @@ PICKING_CURRICULUM: tuple[tuple[int, int, int], ...] = ((1, 16, 1000), (2, 8, 50
 SERVED_LOOKS = ("view_product_information", "recommend_product")
 _TOOL_CALL = re.compile(r"<tool_call>.*?</tool_call>", re.S)
 _PICKED = re.compile(r'"product_ids"\s*:\s*"([^"]*)"')
+_ONE_ID = re.compile(r"[^,\s]+")  # an id of product_ids' comma-separated list
+
+
+def _id_positions(text: str, offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[list[int]]:
+    """The token positions of each id written in the product_ids `spans` of `text` (one list an id;
+    an id cut off by the tokenizer's max_length keeps the positions it has, one wholly cut off none)."""
+    groups = []
+    for a, b in spans:
+        for m in _ONE_ID.finditer(text, a, b):
+            group = [i for i, (start, end) in enumerate(offsets) if end > start and m.start() <= start < m.end()]
+            if group:
+                groups.append(group)
+    return groups
 
 
 def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[list[int]]]:
@@ -129,8 +142,7 @@ def picked_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[lis
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
     spans = [m.span(1) for call in _TOOL_CALL.finditer(text) for m in _PICKED.finditer(text, *call.span())]
-    written = [[i for i, (start, end) in enumerate(offsets) if a <= start < b and end > start] for a, b in spans]
-    return ids, [w for w in written if w]
+    return ids, _id_positions(text, offsets, spans)
 
 
 def picking_text(tokenizer: Any, conversation: list[dict[str, Any]], served: bool = False) -> str:
@@ -201,7 +213,7 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
         tail = losses[-max(1, len(losses) // 10):]
         phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
                        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
-                       "first_token_right": _first_token_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
+                       **_ids_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
     return _save_phase(model, tokenizer, base, out, "picking", {
         "learning_rate": lr, "max_results": max_results, "looks": list(looks), "served": served, "phases": phases,
         "seconds": round(time.monotonic() - started, 1),
@@ -209,16 +221,15 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
                 "loss on the looked-at ids; part of the base; no problem read"})
 
 
-def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[int]]:
-    """(token ids, the positions of the ids the text's last tool call recommends): nothing when
-    `max_length` cuts that call off."""
+def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[list[int]]]:
+    """(token ids, the positions of each id the text's last tool call recommends, one list an id):
+    nothing when `max_length` cuts that call off."""
     calls = list(_TOOL_CALL.finditer(text))
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
     if not calls or not offsets or offsets[-1][1] < calls[-1].end():
         return ids, []
-    spans = [m.span(1) for m in _PICKED.finditer(text, *calls[-1].span())]
-    return ids, [i for i, (start, end) in enumerate(offsets) if end > start and any(a <= start < b for a, b in spans)]
+    return ids, _id_positions(text, offsets, [m.span(1) for m in _PICKED.finditer(text, *calls[-1].span())])
 
 
 def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dict[str, Any]]]], out: str | Path, *,
@@ -231,8 +242,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     policy is served (system prompt, tool schemas), loss on the recommended ids only, AdamW warmup
     then cosine. The picking transcripts teach the choice in their own format and it barely reached
     these steps (results/distill/README.md, run4/run5); this phase trains it there. Every
-    `measure_every`-th problem is held back and measured (first token of a recommended id right,
-    teacher forced) before and after: train-side problems this phase never trained on. Saves the
+    `measure_every`-th problem is held back and measured before and after (`_ids_right`: each
+    recommended id's first token and the whole id, teacher forced, the units of pick_probe.py):
+    train-side problems this phase never trained on. Saves the
     model and tokenizer to `out` and records the phase in the card (`recommending`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -249,13 +261,13 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     train: list[tuple[list[int], list[int]]] = []
     measured: list[tuple[list[int], list[list[int]]]] = []
     for pid, conversation in conversations:
-        ids, positions = recommended_id_positions(
+        ids, groups = recommended_id_positions(
             tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False), max_length)
-        if positions:
-            (measured.append((ids, [positions])) if pid in kept_back else train.append((ids, positions)))
+        if groups:
+            (measured.append((ids, groups)) if pid in kept_back else train.append((ids, [p for g in groups for p in g])))
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
-    started, before = time.monotonic(), _first_token_right(model, measured)
+    started, before = time.monotonic(), _ids_right(model, measured)
     rng, losses, tokens = random.Random(seed), [], 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
@@ -273,8 +285,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
         "first_loss": round(losses[0], 4) if losses else None,
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
-        "kept_back": {"problems": len(kept_back), "steps": len(measured), "first_token_right_before": before,
-                      "first_token_right_after": _first_token_right(model, measured)},
+        "kept_back": {"problems": len(kept_back), "steps": len(measured), "ids": sum(len(g) for _, g in measured),
+                      **{f"{k}_before": v for k, v in before.items()},
+                      **{f"{k}_after": v for k, v in _ids_right(model, measured).items()}},
         "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
                 "the recommended ids; part of the base; no held-out problem read"})
@@ -315,20 +328,23 @@ def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[i
     return loss.item()
 
 
-def _first_token_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> float | None:
-    """Share of looks whose id's first token is the model's top guess, teacher forced."""
+def _ids_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> dict[str, float | None]:
+    """Of the ids written in `rows` (token ids, each id's positions), teacher forced, the share whose
+    first token is the model's top guess (`first_token_right`: which result) and whose every token is
+    (`whole_id_right`: the copy after the choice too)."""
     import torch
 
     model.eval()
-    right = looks = 0
+    first = whole = looks = 0
     with torch.no_grad():
         for ids, written in rows:
-            logits = model(input_ids=torch.tensor([ids])).logits[0]
+            guesses = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()
             for positions in written:
-                right += int(logits[positions[0] - 1].argmax()) == ids[positions[0]]
-                looks += 1
+                right = [guesses[p - 1] == ids[p] for p in positions]
+                first, whole, looks = first + right[0], whole + all(right), looks + 1
     model.train()
-    return round(right / looks, 4) if looks else None
+    return {"first_token_right": round(first / looks, 4) if looks else None,
+            "whole_id_right": round(whole / looks, 4) if looks else None}
 
 
 def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:
