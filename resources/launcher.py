@@ -212,7 +212,8 @@ class TrainingLauncher(ConfigurableResource):
             program = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
             if program is None:
                 raise FileNotFoundError("the `deepspeed` launcher is not installed (pip install '.[train]')")
-        command = job_command(runner, self.script_path(script), config_uri, self.num_gpus, program, _free_port())
+        port = _free_port()
+        command = job_command(runner, self.script_path(script), config_uri, self.num_gpus, program, port)
         # The job's output goes to the run's compute logs and to stage.log, whose end becomes the
         # failure's description: a failed stage says why on the run page and in the CLI.
         log = Path(output_dir) / "stage.log"
@@ -224,7 +225,20 @@ class TrainingLauncher(ConfigurableResource):
         except DagsterPipesExecutionError as exc:
             raise Failure(description=f"{Path(output_dir).parent.name}: the {runner} job failed ({exc}); its log "
                                       f"{log} ends with:\n{_tail(log)}", allow_retries=False) from None
+        finally:
+            remove_shm_buffers(port)
         return _reported(invocation)
+
+
+def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:
+    """DeepSpeed's CPU allreduce leaves one shared-memory buffer a launch in /dev/shm (69 MB for
+    these jobs, named with the master port) and never unlinks it: RAM held until reboot. Removes
+    this launch's; returns their names."""
+    removed = []
+    for path in shm.glob(f"deepspeed_allreduce_buffer_*_{int(port)}_*"):
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
     def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str],
                     runner: str) -> dict[str, Any]:
