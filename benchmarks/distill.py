@@ -250,24 +250,15 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
 
 
 def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
-    """(leak_clusters day, its train-side suite problems): `split.train_side.train_side_truths`, the
-    selection train_problems writes; any of them the train-side rule (`not_train_side`, the rule of the
-    blocking `train_side_only` check) does not file on the train side stops the run."""
-    import polars as pl
-
+    """(leak_clusters day, its train-side suite problems): `split.train_side.train_side_truths` on the
+    newest split, the selection train_problems writes (each problem's own identity on the train side)."""
     from shopdistill_assets.split.heldout import GroundTruth, load_problems
-    from shopdistill_assets.split.train_side import not_train_side, train_side_truths
+    from shopdistill_assets.split.train_side import train_side_truths
     from shopdistill_assets.training.data_assets import newest_leak_day
 
     day = newest_leak_day(lake)
     leak = lake.read_day("leak_clusters", day)
-    problems = [truth for truth, *_ in train_side_truths(leak, GroundTruth(load_problems(home / "arena" / "suites")))]
-    chosen = pl.DataFrame({"problem_id": [p.problem_id for p in problems], "query": [p.query for p in problems]},
-                          schema={"problem_id": pl.String, "query": pl.String})
-    bad = not_train_side(chosen, leak)
-    if bad.height:
-        raise SystemExit(f"{bad.height} chosen problem(s) not on the train side: {bad.head(5).to_dicts()}")
-    return day, problems
+    return day, [truth for truth, *_ in train_side_truths(leak, GroundTruth(load_problems(home / "arena" / "suites")))]
 
 
 def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:

@@ -272,6 +272,14 @@ def test_train_side_truths_are_train_side_suite_problems_once_each():
                          "first_day": ["2026-11-01"] * 5})
     matched = train_side_truths(leak, truth)
     assert [(t.problem_id, key, cluster) for t, key, cluster, _ in matched] == [("s1", "s1", "c1"), ("s3", "k7", "c3")]
+    # a split whose key and text disagree: s1's own key is held out, a train-side row has its exact text;
+    # s3 is found by text, and no row under its own key says otherwise
+    disagree = pl.DataFrame({"problem_id": ["s1", "x9", "k7"], "query": ["Crimson kettle", "Red kettle", "Green hat"],
+                             "leak_cluster_id": ["c1", "c9", "c3"], "side": ["heldout", "train", "train"],
+                             "first_day": ["2026-11-01"] * 3})
+    assert [t.problem_id for t, *_ in train_side_truths(disagree, truth)] == ["s3"]
+    assert not_train_side(pl.DataFrame({"problem_id": ["s1"], "query": ["Red kettle"]}), disagree)["side"].to_list() \
+        == ["heldout"]
 
 
 HELM_POD_SPEC = json.dumps({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},

@@ -60,7 +60,8 @@ def recommend_conversations(problems: Sequence[Problem], catalog: Catalog) -> li
     `problems` in the sandbox: the conversation the evaluation serves (system prompt, request, the
     tools' own results) up to and including that call: what the benchmark's base learns from
     (training/arena_base.learn_recommending). The caller passes train-side problems only (distill.py
-    takes them from `split.train_side.train_side_truths` and checks them against the held-out set)."""
+    takes them from `split.train_side.train_side_truths`, which keeps a problem only when its own
+    identity is on the train side)."""
     out = []
     for problem in problems:
         for step in teacher_steps(problem, catalog):

@@ -47,14 +47,22 @@ def train_side_truths(leak: pl.DataFrame, ground_truth: Any) -> list[tuple[Any, 
     """The train side of a `leak_clusters` day matched to suite problems with ground truth:
     (suite problem, the leak row's problem_id, its leak_cluster_id, its first_day), one per suite
     problem (its first phrasing, in cluster order). `ground_truth`: a `split.heldout.GroundTruth`.
-    What `train_problems` writes and what the arena base's recommend phase plays (no held-out problem)."""
+    What `train_problems` writes and what the arena base's recommend phase plays (no held-out problem).
+
+    A suite problem is found by a train-side row's key or text, and is kept only when its own
+    identity (its id and query, as the held-out set names it) is on the train side too: a split
+    whose exact keys and texts agree never differs, one that does not (hostile or hand-edited
+    input) loses the problem rather than trains on it."""
     train = leak.filter(pl.col("side") == "train").sort(["leak_cluster_id", "first_day", "problem_id"])
-    out, seen = [], set()
+    found, seen = [], set()
     for leak_problem, query, cluster, first_day in train.select(
             "problem_id", "query", "leak_cluster_id", "first_day").iter_rows():
         truth = ground_truth.find(leak_problem, query)
         if truth is None or truth.problem_id in seen:
             continue
         seen.add(truth.problem_id)
-        out.append((truth, leak_problem, cluster, first_day))
-    return out
+        found.append((truth, leak_problem, cluster, first_day))
+    own = pl.DataFrame({"problem_id": [t.problem_id for t, *_ in found], "query": [t.query for t, *_ in found]},
+                       schema={"problem_id": pl.String, "query": pl.String})
+    sides = problem_sides(own, leak)["side"].to_list()
+    return [match for match, side in zip(found, sides, strict=True) if side == "train"]
