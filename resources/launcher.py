@@ -230,16 +230,6 @@ class TrainingLauncher(ConfigurableResource):
         return _reported(invocation)
 
 
-def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:
-    """DeepSpeed's CPU allreduce leaves one shared-memory buffer a launch in /dev/shm (69 MB for
-    these jobs, named with the master port) and never unlinks it: RAM held until reboot. Removes
-    this launch's; returns their names."""
-    removed = []
-    for path in shm.glob(f"deepspeed_allreduce_buffer_*_{int(port)}_*"):
-        path.unlink(missing_ok=True)
-        removed.append(path.name)
-    return removed
-
     def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str],
                     runner: str) -> dict[str, Any]:
         from dagster_k8s import PipesK8sClient  # the `deploy` extra
@@ -250,6 +240,17 @@ def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:
         invocation = PipesK8sClient().run(context=context, image=self.image, command=command,
                                           namespace=self.namespace, base_pod_spec=spec, env=env)
         return _reported(invocation)
+
+
+def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:
+    """DeepSpeed's CPU allreduce leaves one shared-memory buffer a launch in /dev/shm (69 MB for
+    these jobs, named with the master port) and never unlinks it: RAM held until reboot. Removes
+    this launch's; returns their names."""
+    removed = []
+    for path in shm.glob(f"deepspeed_allreduce_buffer_*_{int(port)}_*"):
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def _tail(log: Path, lines: int = 12) -> str:

@@ -330,6 +330,15 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
         launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
 
 
+def test_a_k8s_launcher_takes_the_k8s_path_and_says_what_it_lacks(tmp_path):
+    """launch() on kind k8s reaches the pod client's own checks (a method once fell out of the class
+    when a module-level helper was inserted between two of its methods)."""
+    from resources.launcher import TrainingLauncher
+
+    with pytest.raises(ValueError, match="needs `image`"):
+        TrainingLauncher(kind="k8s").launch(None, "sft", "s3://bucket/config.json", str(tmp_path))
+
+
 def test_a_pod_gets_the_catalogue_as_an_s3_uri(moto_s3, tmp_path, monkeypatch):
     """dr_grpo's sandbox catalogue is a folder here; a GPU pod gets it uploaded to the store
     (content-addressed, once) as an s3:// URI it fetches itself, never this machine's path."""
