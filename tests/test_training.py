@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -149,6 +150,18 @@ def test_five_stages_train_in_sequence_and_every_checkpoint_loads(trained):
         assert model.config.model_type == "qwen3" and tokenizer.chat_template
         parent = ref
     print("\nchain: " + " -> ".join(f"{n}/{meta(trained.chain, n + '_checkpoint')['version']}" for n in STAGE_ORDER))
+
+
+def test_the_stage_launches_leave_no_shared_memory_buffer(trained):
+    """Each local deepspeed launch on CPU makes a 69 MB /dev/shm buffer named with its master port that
+    DeepSpeed never unlinks; after the five stages none of their ports has one left."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    logs = sorted((trained.root / "train-runs").rglob("stage.log"))
+    ports = {int(port) for log in logs for port in re.findall(r"--master_port[= ](\d+)", log.read_text(errors="replace"))}
+    assert len(ports) >= 4, (ports, logs)  # the stages that trained (teacher_sft's may have had no rows)
+    assert [p.name for port in ports for p in shm.glob(f"deepspeed_allreduce_buffer_*_{port}_*")] == []
 
 
 def test_a_checkpoint_whose_weights_were_evaluated_takes_that_evaluation(trained, tmp_path):
