@@ -92,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
                    "run6: the held-out recommend steps' first id token 0.094 -> 0.377 (0: no such phase)")
+    p.add_argument("--recommending-searches", action=argparse.BooleanOptionalAction, default=False,
+                   help="the recommend phase also learns the fair policy's find_product calls on the same problems: "
+                   "each step a second update on as many search rows, loss on the argument values (the model's own "
+                   "searches take 22-26 %% of their words from the request after SFT, run6)")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
@@ -264,15 +268,18 @@ def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
 def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:
     """The base learns the recommend step as served, on train-side problems only
     (training/arena_base.learn_recommending)."""
-    from shopdistill_assets.evaluation.step_match import recommend_conversations
+    from shopdistill_assets.evaluation.step_match import teacher_conversations
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.training.arena_base import learn_recommending
 
     day, problems = train_side_problems(lake, home)
-    conversations = recommend_conversations(problems, load_catalog(home / "arena" / "catalog"))
+    calls = teacher_conversations(problems, load_catalog(home / "arena" / "catalog"),
+                                  ("recommend_product", "find_product"))
+    conversations = [(pid, c) for pid, name, c in calls if name == "recommend_product"]
+    searches = [(pid, c) for pid, name, c in calls if name == "find_product"] if args.recommending_searches else None
     out = home / "models" / f"qwen3-{args.size}-recommending"
     card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,
-                              lr=args.recommending_lr, max_length=args.max_length, seed=args.seed,
+                              lr=args.recommending_lr, max_length=args.max_length, seed=args.seed, searches=searches,
                               sources={"leak_clusters_day": day, "train_side_problems": len(problems)},
                               log=lambda line: print(f"   {line}", flush=True))
     kept = card["kept_back"]
@@ -281,6 +288,12 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
           f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
           f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
           f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s", flush=True)
+    if "searching" in card:
+        search, kept = card["searching"], card["searching"]["kept_back"]
+        print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "
+              f"{search['first_loss']} -> {search['final_loss']}; on {kept['steps']} kept-back steps ({kept['values']} "
+              f"values) first token right {kept['first_token_right_before']} -> {kept['first_token_right_after']}, "
+              f"whole value {kept['whole_value_right_before']} -> {kept['whole_value_right_after']}", flush=True)
     return out
 
 
@@ -509,6 +522,10 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
         parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
                      f"first token right on kept-back ones {kept['first_token_right_after']}"
                      f"{_whole(kept.get('whole_id_right_after'))})")
+    if "searching" in read.get("recommending", {}):
+        search = read["recommending"]["searching"]
+        parts.append(f"search steps of the same problems ({search['steps_learned_from']} rows; whole argument value "
+                     f"right on kept-back ones {search['kept_back']['whole_value_right_after']})")
     return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
 
 

@@ -418,9 +418,9 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox import write_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
-    from shopdistill_assets.evaluation.step_match import recommend_conversations
-    from shopdistill_assets.training.arena_base import (CARD, browsing_texts, learn_recommending,
-                                                        recommended_id_positions)
+    from shopdistill_assets.evaluation.step_match import recommend_conversations, teacher_conversations
+    from shopdistill_assets.training.arena_base import (CARD, browsing_texts, call_value_positions,
+                                                        learn_recommending, recommended_id_positions)
     from shopdistill_assets.training.tiny_model import (ID_KEY_PIECES, build_small_model, build_tokenizer,
                                                         fixed_prompt_pieces)
 
@@ -446,8 +446,22 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
         assert recommended_id_positions(tokenizer, text, groups[0][0])[1] == []  # cut off: no loss, no wrong target
         several = several or len(groups) > 1
 
+    searches = [(pid, c) for pid, name, c in teacher_conversations(given, catalog, ("find_product",))]
+    assert searches and all(c[-1]["tool_calls"][0]["function"]["name"] == "find_product" for _, c in searches)
+    for _, conversation in searches:  # each argument value, and the token that closes it
+        text = tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False)
+        ids, groups = call_value_positions(tokenizer, text, 8192)
+        arguments = json.loads(conversation[-1]["tool_calls"][0]["function"]["arguments"])
+        written = [str(v) for v in arguments.values() if str(v)]
+        assert [tokenizer.decode([ids[i] for i in g[:-1]]).strip(' "') for g in groups] == written
+        assert all(g[-1] == g[-2] + 1 for g in groups) and groups[-1][-1] < len(ids) - 1
+        assert call_value_positions(tokenizer, text, groups[0][0])[1] == []
+
     card = learn_recommending(base, conversations, tmp_path / "recommending", steps=3, batch=2, max_length=8192,
-                              sources={"test": True})
+                              sources={"test": True}, searches=searches)
+    search = card["searching"]
+    assert search["steps_learned_from"] + search["kept_back"]["steps"] == len(searches) and search["tokens"] > 0
+    assert 0.0 <= search["kept_back"]["whole_value_right_after"] <= search["kept_back"]["first_token_right_after"]
     kept = card["kept_back"]
     assert card["steps"] == 3 and card["tokens"] > 0 and card["steps_learned_from"] + kept["steps"] == len(conversations)
     assert kept["problems"] == len(sorted({pid for pid, _ in conversations})[::10]) and kept["steps"] >= 1

@@ -55,8 +55,9 @@ def teacher_steps(problem: Problem, catalog: Catalog, teacher: ChatPolicy | None
     return asyncio.run(_teacher_episode(problem, catalog, teacher, system_prompt, tool_schemas(tool_names)))
 
 
-def recommend_conversations(problems: Sequence[Problem], catalog: Catalog) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(problem_id, conversation) for each recommend_product call the fair policy makes on
+def teacher_conversations(problems: Sequence[Problem], catalog: Catalog,
+                          tools: Sequence[str]) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(problem_id, tool, conversation) for each call to one of `tools` the fair policy makes on
     `problems` in the sandbox: the conversation the evaluation serves (system prompt, request, the
     tools' own results) up to and including that call: what the benchmark's base learns from
     (training/arena_base.learn_recommending). The caller passes train-side problems only (distill.py
@@ -65,10 +66,17 @@ def recommend_conversations(problems: Sequence[Problem], catalog: Catalog) -> li
     out = []
     for problem in problems:
         for step in teacher_steps(problem, catalog):
-            if step.name == "recommend_product":
+            if step.name in tools:
                 call = {"id": "call_r", "type": "function", "function": {"name": step.name, "arguments": step.arguments}}
-                out.append((problem.problem_id, [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]))
+                out.append((problem.problem_id, step.name,
+                            [*step.prefix, {"role": "assistant", "content": "", "tool_calls": [call]}]))
     return out
+
+
+def recommend_conversations(problems: Sequence[Problem], catalog: Catalog) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(problem_id, conversation) for each recommend_product call (`teacher_conversations`)."""
+    return [(pid, conversation) for pid, _, conversation in teacher_conversations(problems, catalog,
+                                                                                   ("recommend_product",))]
 
 
 async def _teacher_episode(problem: Problem, catalog: Catalog, teacher: ChatPolicy, system_prompt: str,

@@ -232,9 +232,38 @@ def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tupl
     return ids, _id_positions(text, offsets, [m.span(1) for m in _PICKED.finditer(text, *calls[-1].span())])
 
 
+# a value of a tool call's arguments: a JSON string (its inside) or a number
+_ARGUMENTS = re.compile(r'"arguments"\s*:\s*')
+_VALUE = re.compile(r'"(?:[^"\\]|\\.)*"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(-?\d+(?:\.\d+)?))')
+
+
+def call_value_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[list[int]]]:
+    """(token ids, the positions of each argument value the text's last tool call writes, one list a
+    value: the tokens that overlap it and the one that closes it, so a value is right only when it
+    also ends where the teacher's did): the loss of the recommend phase's search rows. Nothing
+    when `max_length` cuts that call off."""
+    calls = list(_TOOL_CALL.finditer(text))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
+    if not calls or not offsets or offsets[-1][1] < calls[-1].end():
+        return ids, []
+    head = _ARGUMENTS.search(text, *calls[-1].span())
+    if head is None:
+        return ids, []
+    groups = []
+    for m in _VALUE.finditer(text, head.end(), calls[-1].end()):
+        a, b = m.span(1) if m.group(1) is not None else m.span(2)
+        inside = [i for i, (start, end) in enumerate(offsets) if end > start and start < b and end > a]
+        after = next((i for i, (start, end) in enumerate(offsets) if end > start and start >= b), None)
+        if inside and after is not None:
+            groups.append([*inside, after])
+    return ids, groups
+
+
 def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dict[str, Any]]]], out: str | Path, *,
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
+                       searches: list[tuple[str, list[dict[str, Any]]]] | None = None,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
     recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
@@ -244,8 +273,12 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     these steps (results/distill/README.md, run4/run5); this phase trains it there. Every
     `measure_every`-th problem is held back and measured before and after (`_ids_right`: each
     recommended id's first token and the whole id, teacher forced, the units of pick_probe.py):
-    train-side problems this phase never trained on. Saves the
-    model and tokenizer to `out` and records the phase in the card (`recommending`)."""
+    train-side problems this phase never trained on. `searches`: the fair policy's find_product calls
+    on the same problems, as (problem_id, conversation); each step then makes a second update on
+    `batch` of them, loss on the call's argument values and the token that closes each
+    (`call_value_positions`), measured the same way on the kept-back problems (a value's first token,
+    the whole value) and recorded under `searching`. Saves the model and tokenizer to `out` and
+    records the phase in the card (`recommending`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -256,19 +289,26 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    problem_ids = sorted({pid for pid, _ in conversations})
+    problem_ids = sorted({pid for pid, _ in [*conversations, *(searches or [])]})
     kept_back = set(problem_ids[::measure_every]) if measure_every else set()
-    train: list[tuple[list[int], list[int]]] = []
-    measured: list[tuple[list[int], list[list[int]]]] = []
-    for pid, conversation in conversations:
-        ids, groups = recommended_id_positions(
-            tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False), max_length)
-        if groups:
-            (measured.append((ids, groups)) if pid in kept_back else train.append((ids, [p for g in groups for p in g])))
+
+    def rows_of(pairs: list[tuple[str, list[dict[str, Any]]]], positions: Callable[..., Any]) -> tuple[list, list]:
+        train: list[tuple[list[int], list[int]]] = []
+        measured: list[tuple[list[int], list[list[int]]]] = []
+        for pid, conversation in pairs:
+            ids, groups = positions(tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(),
+                                                                             tokenize=False), max_length)
+            if groups:
+                (measured.append((ids, groups)) if pid in kept_back else
+                 train.append((ids, [p for g in groups for p in g])))
+        return train, measured
+
+    train, measured = rows_of(conversations, recommended_id_positions)
+    search_train, search_measured = rows_of(searches or [], call_value_positions)
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
-    started, before = time.monotonic(), _ids_right(model, measured)
-    rng, losses, tokens = random.Random(seed), [], 0
+    started, before, search_before = time.monotonic(), _ids_right(model, measured), _ids_right(model, search_measured)
+    rng, losses, search_losses, tokens, search_tokens = random.Random(seed), [], [], 0, 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
     for step in range(1, steps + 1):
@@ -277,9 +317,23 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         rows = rng.sample(train, min(batch, len(train)))
         losses.append(targeted_step(model, optimizer, rows))
         tokens += sum(len(ids) for ids, _ in rows)
+        if search_train:
+            rows = rng.sample(search_train, min(batch, len(search_train)))
+            search_losses.append(targeted_step(model, optimizer, rows))
+            search_tokens += sum(len(ids) for ids, _ in rows)
         if log and step % 100 == 0:
-            log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
+            searched = f", searches {sum(search_losses[-100:]) / len(search_losses[-100:]):.3f}" if search_losses else ""
+            log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}{searched}")
     tail = losses[-max(1, len(losses) // 10):]
+    search_tail = search_losses[-max(1, len(search_losses) // 10):]
+    searching = {} if searches is None else {"searching": {
+        "steps_learned_from": len(search_train), "tokens": search_tokens,
+        "first_loss": round(search_losses[0], 4) if search_losses else None,
+        "final_loss": round(sum(search_tail) / len(search_tail), 4) if search_tail else None,
+        "kept_back": {"steps": len(search_measured), "values": sum(len(g) for _, g in search_measured),
+                      **{f"{_value(k)}_before": v for k, v in search_before.items()},
+                      **{f"{_value(k)}_after": v for k, v in _ids_right(model, search_measured).items()}},
+        "note": "the fair policy's find_product calls, loss on their argument values and each value's closing token"}}
     return _save_phase(model, tokenizer, base, out, "recommending", {
         "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
         "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
@@ -288,9 +342,14 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "kept_back": {"problems": len(kept_back), "steps": len(measured), "ids": sum(len(g) for _, g in measured),
                       **{f"{k}_before": v for k, v in before.items()},
                       **{f"{k}_after": v for k, v in _ids_right(model, measured).items()}},
-        "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
+        **searching, "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
                 "the recommended ids; part of the base; no held-out problem read"})
+
+
+def _value(key: str) -> str:
+    """_ids_right's keys for argument values: the first token, the whole value."""
+    return key.replace("whole_id", "whole_value")
 
 
 def _save_phase(model: Any, tokenizer: Any, base: str | Path, out: str | Path, name: str,
