@@ -20,10 +20,14 @@ import shlex
 import shutil
 import socket
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, PipesFileMessageReader, PipesTempFileMessageReader
 from pydantic import Field
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +224,8 @@ class TrainingLauncher(ConfigurableResource):
         sink = f"tee -a {shlex.quote(str(log))}" if self.echo_output else f"cat >> {shlex.quote(str(log))}"
         shell = f"set -o pipefail; {shlex.join(command)} 2>&1 | {sink}"
         try:
-            invocation = PipesSubprocessClient(env={**local_job_env(), **env}).run(
+            invocation = PipesSubprocessClient(env={**local_job_env(), **env},
+                                               message_reader=WholeLineMessageReader()).run(
                 context=context, command=["bash", "-c", shell], cwd=output_dir)
         except DagsterPipesExecutionError as exc:
             raise Failure(description=f"{Path(output_dir).parent.name}: the {runner} job failed ({exc}); its log "
@@ -240,6 +245,53 @@ class TrainingLauncher(ConfigurableResource):
         invocation = PipesK8sClient().run(context=context, image=self.image, command=command,
                                           namespace=self.namespace, base_pod_spec=spec, env=env)
         return _reported(invocation)
+
+
+def whole_lines(path: str | Path, should_stop: Callable[[], bool], poll_s: float = 0.01) -> Iterator[str]:
+    """The lines of a file another process is appending to, each only once it is whole. Dagster's
+    file tail (`dagster._utils.tail_file`) hands on what `readline` returns, which is part of a line
+    while the writer is still writing it: a large report (a loss curve inlined as a PNG) was read
+    half-written under load, the reader thread died on the JSON, and the stage's checkpoint was
+    lost. After `should_stop`, what is left is read to the end; a last line without its newline
+    is handed on as it is (the writer ended mid-line)."""
+    pending = ""
+    with open(path, encoding="utf-8") as stream:
+        while True:
+            piece = stream.readline()
+            if piece:
+                pending += piece
+                if pending.endswith("\n"):
+                    yield pending
+                    pending = ""
+            elif should_stop():
+                pending += stream.read()
+                yield from (line for line in pending.splitlines(keepends=True) if line.strip())
+                return
+            else:
+                time.sleep(poll_s)
+
+
+class WholeLineFileMessageReader(PipesFileMessageReader):
+    """Dagster's file message reader, reading each message only once its line is whole."""
+
+    def _reader_thread(self, handler: Any, is_resource_complete: Any) -> None:
+        try:
+            for line in whole_lines(self._path, is_resource_complete.is_set):
+                handler.handle_message(json.loads(line))
+        except BaseException:
+            handler.report_pipes_framework_exception(f"{type(self).__name__} reader thread", sys.exc_info())
+            raise
+
+
+class WholeLineMessageReader(PipesTempFileMessageReader):
+    """Pipes messages through a temporary file, as PipesSubprocessClient's default reader does, each
+    read only once its line is whole (`whole_lines`)."""
+
+    @contextmanager
+    def read_messages(self, handler: Any) -> Iterator[dict[str, Any]]:
+        with tempfile.TemporaryDirectory() as folder:
+            with WholeLineFileMessageReader(os.path.join(folder, "messages")).read_messages(handler) as params:
+                yield params
 
 
 def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:

@@ -330,6 +330,35 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
         launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
 
 
+def test_a_pipes_message_is_read_only_once_its_line_is_whole(tmp_path):
+    """A stage's report (its loss curve inlined as a PNG) is one long line the job appends while the
+    launcher tails the file: read half-written, Dagster's reader thread died on the JSON and the
+    stage's checkpoint was lost. whole_lines hands on whole lines, and at the end what is left."""
+    import threading
+    import time
+
+    from resources.launcher import whole_lines
+
+    path = tmp_path / "messages"
+    path.write_text("")
+    report = json.dumps({"method": "report_asset_materialization", "params": {"png": "x" * 200_000}}) + "\n"
+    done, pieces = threading.Event(), [report[i:i + 7_000] for i in range(0, len(report), 7_000)]
+
+    def write() -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            for piece in [*pieces, '{"method": "closed"}']:  # the writer ends mid-line
+                f.write(piece)
+                f.flush()
+                time.sleep(0.003)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    lines = list(whole_lines(path, done.is_set, poll_s=0.001))
+    writer.join()
+    assert [json.loads(line) for line in lines] == [json.loads(report), {"method": "closed"}]
+
+
 def test_a_k8s_launcher_takes_the_k8s_path_and_says_what_it_lacks(tmp_path):
     """launch() on kind k8s reaches the pod client's own checks (a method once fell out of the class
     when a module-level helper was inserted between two of its methods)."""
