@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(REPO / ".shopdistill-distill"), help="SHOPDISTILL_HOME of the run (replaced)")
     p.add_argument("--quick", action="store_true", help="a smoke run: small arena, few steps (minutes)")
+    p.add_argument("--reuse-base", action="store_true", help="resume a run that stopped after its base was built: "
+                   "keep --out's arena, lake and base (give the flags of the run that built them) and start at the "
+                   "SFT stages (the base phases are ~55 of a run's ~85 minutes)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--days", type=int, default=3)
     p.add_argument("--traces-per-day", type=int, default=1500)
@@ -328,7 +331,7 @@ def resources_for(home: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     home = Path(args.out).resolve()
-    if home.exists():
+    if home.exists() and not args.reuse_base:
         import shutil
 
         shutil.rmtree(home)
@@ -339,11 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         return measure_copies(args, home)
     started = datetime.now(UTC)
     command = "python benchmarks/distill.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    from shopdistill_assets.agent.policies_registry import PolicySpec, register
     from shopdistill_assets.cli.commands import CORPUS_ASSETS
-    from shopdistill_assets.cli.runner import materialize_days, materialize_policies, materialize_unpartitioned
+    from shopdistill_assets.cli.runner import materialize_days, materialize_unpartitioned
     from shopdistill_assets.sim import ArenaConfig, simulate
 
+    if args.reuse_base:
+        lake = resources_for(home)["lake"]
+        gated, base = reused_base(args, home, lake)
+        resources = resources_for(home)  # after SHOPDISTILL_BASE_MODEL names the base, as below
+        return after_base(args, resources, resources["lake"], gated, base, command, started)
     start = date(2026, 11, 1)
     days = [(start + timedelta(days=d)).isoformat() for d in range(args.days)]
     with phase("simulate the arena"):
@@ -365,6 +372,32 @@ def main(argv: list[str] | None = None) -> int:
         base = build_base_model(args, lake, gated, home)
         resources = resources_for(home)
         print(f"   {base}")
+    return after_base(args, resources, lake, gated, base, command, started)
+
+
+def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, Path]:
+    """(the gated train_corpus version, the base) of the run in `home` (`--reuse-base`): the newest
+    snapshot built from split_traces, and the folder of the last base phase the flags name."""
+    if args.base_model:
+        raise SystemExit("--reuse-base rebuilds nothing: give the base with --base-model on a fresh run instead")
+    gated = [v for v in lake.list_snapshots("train_corpus")
+             if str(lake.read_manifest("train_corpus", v).get("source", "")).startswith("split_traces")]
+    suffix = "-recommending" if args.recommending_steps else "-picking" if args.picking else "" \
+        if args.pretrain_steps else "-random"
+    base = home / "models" / f"qwen3-{args.size}{suffix}"
+    if len(gated) != 1 or not (base / "config.json").is_file():
+        raise SystemExit(f"--reuse-base: {home} needs one gated train_corpus (has {gated}) and a base at {base}")
+    print(f"== reusing the base {base} and train_corpus {gated[0]} of {home}", flush=True)
+    os.environ["SHOPDISTILL_BASE_MODEL"] = str(base)
+    return gated[0], base
+
+
+def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, command: str,
+               started: datetime) -> int:
+    """The stages, the held-out evaluation, the step match and the report."""
+    from shopdistill_assets.agent.policies_registry import PolicySpec, register
+    from shopdistill_assets.cli.runner import materialize_policies
+
     results = run_training(args, resources, lake, gated, base)
     policies = ["fair", "base", "sft_unfiltered", *CHAIN]
     register(PolicySpec(name="fair", scripted="fair"))
