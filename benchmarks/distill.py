@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         lake = resources_for(home)["lake"]
         gated, base = reused_base(args, home, lake)
         resources = resources_for(home)  # after SHOPDISTILL_BASE_MODEL names the base, as below
-        return after_base(args, resources, resources["lake"], gated, base, command, started)
+        return after_base(args, resources, resources["lake"], gated, base, home, command, started)
     start = date(2026, 11, 1)
     days = [(start + timedelta(days=d)).isoformat() for d in range(args.days)]
     with phase("simulate the arena"):
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         base = build_base_model(args, lake, gated, home)
         resources = resources_for(home)
         print(f"   {base}")
-    return after_base(args, resources, lake, gated, base, command, started)
+    return after_base(args, resources, lake, gated, base, home, command, started)
 
 
 def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, Path]:
@@ -392,8 +392,8 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     return gated[0], base
 
 
-def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, command: str,
-               started: datetime) -> int:
+def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, home: Path,
+               command: str, started: datetime) -> int:
     """The stages, the held-out evaluation, the step match and the report."""
     from shopdistill_assets.agent.policies_registry import PolicySpec, register
     from shopdistill_assets.cli.runner import materialize_policies
