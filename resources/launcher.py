@@ -234,7 +234,6 @@ class TrainingLauncher(ConfigurableResource):
             remove_shm_buffers(port)
         return _reported(invocation)
 
-
     def _launch_k8s(self, context: Any, script: str, config_uri: str, env: dict[str, str],
                     runner: str) -> dict[str, Any]:
         from dagster_k8s import PipesK8sClient  # the `deploy` extra

@@ -224,12 +224,22 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
 def recommended_id_positions(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], list[list[int]]]:
     """(token ids, the positions of each id the text's last tool call recommends, one list an id):
     nothing when `max_length` cuts that call off."""
+    ids, offsets, call = _last_call(tokenizer, text, max_length)
+    if call is None:
+        return ids, []
+    return ids, _id_positions(text, offsets, [m.span(1) for m in _PICKED.finditer(text, *call)])
+
+
+def _last_call(tokenizer: Any, text: str,
+               max_length: int) -> tuple[list[int], list[tuple[int, int]], tuple[int, int] | None]:
+    """(token ids, their offsets, the span of the text's last tool call, None when there is none or
+    `max_length` cuts it off)."""
     calls = list(_TOOL_CALL.finditer(text))
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
     if not calls or not offsets or offsets[-1][1] < calls[-1].end():
-        return ids, []
-    return ids, _id_positions(text, offsets, [m.span(1) for m in _PICKED.finditer(text, *calls[-1].span())])
+        return ids, offsets, None
+    return ids, offsets, calls[-1].span()
 
 
 # a value of a tool call's arguments: a JSON string (its inside) or a number
@@ -242,16 +252,12 @@ def call_value_positions(tokenizer: Any, text: str, max_length: int) -> tuple[li
     value: the tokens that overlap it and the one that closes it, so a value is right only when it
     also ends where the teacher's did): the loss of the recommend phase's search rows. Nothing
     when `max_length` cuts that call off."""
-    calls = list(_TOOL_CALL.finditer(text))
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
-    if not calls or not offsets or offsets[-1][1] < calls[-1].end():
-        return ids, []
-    head = _ARGUMENTS.search(text, *calls[-1].span())
+    ids, offsets, call = _last_call(tokenizer, text, max_length)
+    head = None if call is None else _ARGUMENTS.search(text, *call)
     if head is None:
         return ids, []
     groups = []
-    for m in _VALUE.finditer(text, head.end(), calls[-1].end()):
+    for m in _VALUE.finditer(text, head.end(), call[1]):
         a, b = m.span(1) if m.group(1) is not None else m.span(2)
         inside = [i for i, (start, end) in enumerate(offsets) if end > start and start < b and end > a]
         after = next((i for i, (start, end) in enumerate(offsets) if end > start and start >= b), None)
