@@ -537,7 +537,7 @@ TWO_RANKS = '''
 import sys
 import deepspeed, torch
 from transformers import AutoModelForCausalLM
-from shopdistill_assets.training.stages.common import model_params, rank, reporting
+from shopdistill_assets.training.stages.common import end_distributed, model_params, rank, reporting
 deepspeed.init_distributed(dist_backend="gloo")
 ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
@@ -555,6 +555,7 @@ with reporting() as pipes:
         pipes.report_asset_materialization(metadata={
             "rank": rank(), "params": model_params(engine.module), "local_numel": local, "loss": float(loss),
             "gathered": sum(v.numel() for v in (state or {}).values())})
+end_distributed()  # as a stage's main does: gloo's threads left to the exit can abort a finished rank
 '''
 
 

@@ -391,10 +391,24 @@ def fit(trainer: Any, callback: Any, args: StageArgs, output_dir: str) -> dict[s
     return summary
 
 
+def end_distributed() -> None:
+    """Leave the process group, if this process joined one, once its work is done. A gloo group
+    left to the interpreter's exit can abort a finished rank ("terminate called without an active
+    exception": gloo's threads still hold tensors while Python tears down), which fails the launch
+    after the checkpoint is saved. No collective call here: a rank still publishing holds no one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run_stage(train: Any, argv: list[str] | None = None) -> int:
-    """A stage script's `main`: `train(argv, pipes)` reporting through Pipes (rank 0)."""
+    """A stage script's `main`: `train(argv, pipes)` reporting through Pipes (rank 0), then the
+    process group, if any, is left."""
     with reporting() as pipes:
-        return train(argv, pipes)
+        code = train(argv, pipes)
+    end_distributed()
+    return code
 
 
 def effective(config: Any, model_args: Any, script: StageArgs, limit: int) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from shopdistill_assets.training.stages.common import _config_arg, _pipes_value, dataset_files, reporting
+from shopdistill_assets.training.stages.common import _config_arg, _pipes_value, dataset_files, end_distributed, reporting
 
 BACKENDS = ("hf", "vllm")
 
@@ -295,7 +295,9 @@ def run_job(args: RolloutJobArgs, pipes: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     with reporting() as pipes:
-        return run_job(parse_job(sys.argv[1:] if argv is None else argv), pipes)
+        code = run_job(parse_job(sys.argv[1:] if argv is None else argv), pipes)
+    end_distributed()
+    return code
 
 
 if __name__ == "__main__":
