@@ -21,13 +21,15 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from dagster import ConfigurableResource, PipesFileMessageReader, PipesTempFileMessageReader
+from dagster import ConfigurableResource, PipesMessageReader
+from dagster_pipes import PipesDefaultMessageWriter
 from pydantic import Field
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -270,27 +272,37 @@ def whole_lines(path: str | Path, should_stop: Callable[[], bool], poll_s: float
                 time.sleep(poll_s)
 
 
-class WholeLineFileMessageReader(PipesFileMessageReader):
-    """Dagster's file message reader, reading each message only once its line is whole."""
-
-    def _reader_thread(self, handler: Any, is_resource_complete: Any) -> None:
-        try:
-            for line in whole_lines(self._path, is_resource_complete.is_set):
-                handler.handle_message(json.loads(line))
-        except BaseException:
-            handler.report_pipes_framework_exception(f"{type(self).__name__} reader thread", sys.exc_info())
-            raise
-
-
-class WholeLineMessageReader(PipesTempFileMessageReader):
-    """Pipes messages through a temporary file, as PipesSubprocessClient's default reader does, each
-    read only once its line is whole (`whole_lines`)."""
+class WholeLineMessageReader(PipesMessageReader):
+    """Pipes messages through a temporary file, as PipesSubprocessClient's default reader does,
+    each read only once its line is whole (`whole_lines`). Built on the public reader interface
+    (`read_messages`, `no_messages_debug_text`), not on Dagster's file reader's private thread."""
 
     @contextmanager
     def read_messages(self, handler: Any) -> Iterator[dict[str, Any]]:
+        closed = threading.Event()
+
+        def read() -> None:
+            try:
+                for line in whole_lines(path, closed.is_set):
+                    handler.handle_message(json.loads(line))
+            except BaseException:
+                handler.report_pipes_framework_exception(f"{type(self).__name__} reader thread", sys.exc_info())
+                raise
+
         with tempfile.TemporaryDirectory() as folder:
-            with WholeLineFileMessageReader(os.path.join(folder, "messages")).read_messages(handler) as params:
-                yield params
+            path = os.path.join(folder, "messages")
+            open(path, "w", encoding="utf-8").close()
+            thread = threading.Thread(target=read, name="pipes-whole-lines", daemon=True)
+            thread.start()
+            try:
+                yield {PipesDefaultMessageWriter.FILE_PATH_KEY: path,
+                       PipesDefaultMessageWriter.INCLUDE_STDIO_IN_MESSAGES_KEY: False}
+            finally:
+                closed.set()
+                thread.join()
+
+    def no_messages_debug_text(self) -> str:
+        return "Attempted to read messages from a local temporary file (whole lines)."
 
 
 def remove_shm_buffers(port: int, shm: Path = Path("/dev/shm")) -> list[str]:

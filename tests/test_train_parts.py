@@ -330,33 +330,43 @@ def test_the_gpu_pod_spec_and_command_are_built_by_configuration():
         launcher_from_env({"SHOPDISTILL_GPU_POD_SPEC": "[1]"})
 
 
-def test_a_pipes_message_is_read_only_once_its_line_is_whole(tmp_path):
+def test_a_pipes_message_is_read_only_once_its_line_is_whole():
     """A stage's report (its loss curve inlined as a PNG) is one long line the job appends while the
     launcher tails the file: read half-written, Dagster's reader thread died on the JSON and the
-    stage's checkpoint was lost. whole_lines hands on whole lines, and at the end what is left."""
+    stage's checkpoint was lost. The launcher's reader, through the interface Pipes calls
+    (`read_messages` gives the job its path; leaving it joins the reader), hands on each message
+    whole, and at the end a last line the writer left without its newline."""
     import threading
     import time
 
-    from resources.launcher import whole_lines
+    from resources.launcher import WholeLineMessageReader
 
-    path = tmp_path / "messages"
-    path.write_text("")
+    class Handler:  # what Pipes' message handler is asked to do
+        def __init__(self) -> None:
+            self.messages, self.errors = [], []
+
+        def handle_message(self, message: dict) -> None:
+            self.messages.append(message)
+
+        def report_pipes_framework_exception(self, origin: str, exc_info: object) -> None:
+            self.errors.append(origin)
+
     report = json.dumps({"method": "report_asset_materialization", "params": {"png": "x" * 200_000}}) + "\n"
-    done, pieces = threading.Event(), [report[i:i + 7_000] for i in range(0, len(report), 7_000)]
+    pieces, handler = [report[i:i + 7_000] for i in range(0, len(report), 7_000)], Handler()
 
-    def write() -> None:
+    def write(path: str) -> None:
         with open(path, "a", encoding="utf-8") as f:
             for piece in [*pieces, '{"method": "closed"}']:  # the writer ends mid-line
                 f.write(piece)
                 f.flush()
                 time.sleep(0.003)
-        done.set()
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    lines = list(whole_lines(path, done.is_set, poll_s=0.001))
-    writer.join()
-    assert [json.loads(line) for line in lines] == [json.loads(report), {"method": "closed"}]
+    with WholeLineMessageReader().read_messages(handler) as params:
+        writer = threading.Thread(target=write, args=(params["path"],))
+        writer.start()
+        writer.join()
+    assert handler.errors == []
+    assert handler.messages == [json.loads(report), {"method": "closed"}]
 
 
 def test_a_k8s_launcher_takes_the_k8s_path_and_says_what_it_lacks(tmp_path):
