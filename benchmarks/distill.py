@@ -54,7 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a smoke run: small arena, few steps (minutes)")
     p.add_argument("--reuse-base", action="store_true", help="resume a run that stopped after its base was built: "
                    "keep --out's arena, lake and base (give the flags of the run that built them) and start at the "
-                   "SFT stages (the base phases are ~55 of a run's ~85 minutes)")
+                   "SFT stages (the base phases are ~55 of a run's ~85 minutes); where only the recommend phase's folder is "
+                   "missing, that phase is built first on the one before it (to try other recommend flags on a base)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--days", type=int, default=3)
     p.add_argument("--traces-per-day", type=int, default=1500)
@@ -100,6 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "each step a second update on as many search rows, loss on the argument values (the model's own "
                    "searches take 22-26 %% of their words from the request after SFT, run6); run8: 39 %% after SFT, but the "
                    "held-out pick 0.377 -> 0.245 and fewer format-valid episodes, ASR still 0: off by default")
+    p.add_argument("--recommending-rename-ids", action=argparse.BooleanOptionalAction, default=False,
+                   help="each time the recommend phase draws a row, every product id in it (results and call) is "
+                   "renamed to another id the train rows show (arena_base.renamed_ids): the ids must be copied "
+                   "from the page, not recalled (run7's phase reached whole id 0.29 on kept-back train-side steps "
+                   "but 0.094 on held-out ones)")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
@@ -284,6 +290,7 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     out = home / "models" / f"qwen3-{args.size}-recommending"
     card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,
                               lr=args.recommending_lr, max_length=args.max_length, seed=args.seed, searches=searches,
+                              rename_ids=args.recommending_rename_ids,
                               sources={"leak_clusters_day": day, "train_side_problems": len(problems)},
                               log=lambda line: print(f"   {line}", flush=True))
     kept = card["kept_back"]
@@ -291,7 +298,8 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
           f"{card['problems']} train-side problems, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
           f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
           f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
-          f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s", flush=True)
+          f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s"
+          + (f"; ids renamed from a pool of {card['renamed_ids']['pool']}" if "renamed_ids" in card else ""), flush=True)
     if "searching" in card:
         search, kept = card["searching"], card["searching"]["kept_back"]
         print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "
@@ -376,18 +384,30 @@ def main(argv: list[str] | None = None) -> int:
     return after_base(args, resources, lake, gated, base, home, command, started)
 
 
+def base_folder(args: argparse.Namespace, home: Path, before: str | None = None) -> Path:
+    """The folder of the last base phase the flags name, or of the last one before the phase whose
+    folder ends with `before`."""
+    named = [suffix for suffix, on in (("-random", True), ("", bool(args.pretrain_steps)), ("-picking", args.picking),
+                                       ("-recommending", bool(args.recommending_steps))) if on]
+    return home / "models" / f"qwen3-{args.size}{named[named.index(before) - 1] if before else named[-1]}"
+
+
 def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, Path]:
     """(the gated train_corpus version, the base) of the run in `home` (`--reuse-base`): the newest
-    snapshot built from split_traces, and the folder of the last base phase the flags name."""
+    snapshot built from split_traces, and the folder of the last base phase the flags name. When
+    only the recommend phase is missing (a run resumed with other recommend flags, its folder
+    removed), it is built on the phase before it."""
     if args.base_model:
         raise SystemExit("--reuse-base rebuilds nothing: give the base with --base-model on a fresh run instead")
     gated = [v for v in lake.list_snapshots("train_corpus")
              if str(lake.read_manifest("train_corpus", v).get("source", "")).startswith("split_traces")]
-    suffix = "-recommending" if args.recommending_steps else "-picking" if args.picking else "" \
-        if args.pretrain_steps else "-random"
-    base = home / "models" / f"qwen3-{args.size}{suffix}"
-    if len(gated) != 1 or not (base / "config.json").is_file():
+    base = base_folder(args, home)
+    before = base_folder(args, home, before="-recommending") if args.recommending_steps else base
+    if len(gated) != 1 or not (before / "config.json").is_file():
         raise SystemExit(f"--reuse-base: {home} needs one gated train_corpus (has {gated}) and a base at {base}")
+    if not (base / "config.json").is_file():  # the phases before it were built: the recommend phase is missing
+        with phase(f"the base's recommend phase, on the reused {before.name}"):
+            recommending_base(args, before, lake, home)
     print(f"== reusing the base {base} and train_corpus {gated[0]} of {home}", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(base)
     return gated[0], base
@@ -556,6 +576,8 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
         parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
                      f"first token right on kept-back ones {kept['first_token_right_after']}"
                      f"{_whole(kept.get('whole_id_right_after'))})")
+    if "renamed_ids" in read.get("recommending", {}):
+        parts[-1] = parts[-1][:-1] + f"; ids renamed each draw from {read['recommending']['renamed_ids']['pool']})"
     if "searching" in read.get("recommending", {}):
         search = read["recommending"]["searching"]
         parts.append(f"search steps of the same problems ({search['steps_learned_from']} rows; whole argument value "

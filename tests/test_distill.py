@@ -471,6 +471,35 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     assert written["sources"] == {"test": True} and "no held-out problem" in written["note"]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128
 
+    renamed = learn_recommending(base, conversations, tmp_path / "renamed", steps=2, batch=2, max_length=8192,
+                                 rename_ids=True)
+    assert renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**kept, **{
+        k: v for k, v in renamed["kept_back"].items() if k.endswith("_after")}}  # measured as served, same rows
+
+
+def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
+    """The recommend phase's renaming: every id a page shows becomes a distinct id of the pool in the
+    results and in the calls alike, so the choice is unchanged and the id must be copied; shop ids,
+    prices and a number that only contains an id are left as they are."""
+    import random
+    import re
+
+    from shopdistill_assets.training.arena_base import renamed_ids
+
+    page = json.dumps([{"product_id": "5035687794", "shop_id": "3015838", "price": 4.0},
+                       {"product_id": "1203456789", "shop_id": "3015838", "title": "bag 15035687794"}])
+    text = (f'<tool_response>{page}</tool_response><tool_call>{{"name": "view_product_information", "arguments": '
+            f'{{"product_id": "1203456789"}}}}</tool_call><tool_call>{{"name": "recommend_product", "arguments": '
+            f'{{"product_ids": "1203456789,5035687794"}}}}</tool_call>')
+    pool = [f"90000000{i:02d}" for i in range(20)]
+    out = renamed_ids(text, pool, random.Random(0))
+    shown = re.findall(r'"product_id": "(\d+)"', out)
+    first, second = shown[0], shown[1]
+    assert {first, second} <= set(pool) and first != second and "5035687794" not in out.replace("15035687794", "")
+    assert shown[2] == second and f'"product_ids": "{second},{first}"' in out  # the call names the same results
+    assert out.count("3015838") == 2 and "4.0" in out and "bag 15035687794" in out
+    assert renamed_ids(text, pool[:1], random.Random(0)) == text  # a pool too small to rename from: as served
+
 
 def test_an_induction_batch_is_ordinary_tokens_written_twice():
     import torch

@@ -270,7 +270,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
                        searches: list[tuple[str, list[dict[str, Any]]]] | None = None,
-                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                       rename_ids: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
     recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
     (problem_id, conversation) pairs), rendered as the
@@ -283,7 +283,10 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     on the same problems, as (problem_id, conversation); each step then makes a second update on
     `batch` of them, loss on the call's argument values and the token that closes each
     (`call_value_positions`), measured the same way on the kept-back problems (a value's first token,
-    the whole value) and recorded under `searching`. Saves the model and tokenizer to `out` and
+    the whole value) and recorded under `searching`. `rename_ids`: each time a recommend row is
+    drawn, every product id in it (tool results and the call alike) is renamed to another id the
+    train rows show (`renamed_ids`), so an id cannot be recalled from memory, only copied from the
+    page; the kept-back rows are measured as served. Saves the model and tokenizer to `out` and
     records the phase in the card (`recommending`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -310,6 +313,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         return train, measured
 
     train, measured = rows_of(conversations, recommended_id_positions)
+    texts = [tokenizer.apply_chat_template(c, tools=tool_schemas(), tokenize=False)
+             for pid, c in conversations if pid not in kept_back] if rename_ids else []
+    pool = sorted({i for text in texts for i in _PRODUCT_ID.findall(text)})
     search_train, search_measured = rows_of(searches or [], call_value_positions)
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
@@ -320,7 +326,13 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     for step in range(1, steps + 1):
         for group in optimizer.param_groups:
             group["lr"] = lr * lr_scale(step, steps, min(20, steps))
-        rows = rng.sample(train, min(batch, len(train)))
+        if texts:
+            drawn = rng.sample(texts, min(batch, len(texts)))
+            rows = [_row_of(recommended_id_positions(tokenizer, renamed_ids(text, pool, rng), max_length))
+                    for text in drawn]
+            rows = [row for row in rows if row[1]] or rng.sample(train, min(batch, len(train)))
+        else:
+            rows = rng.sample(train, min(batch, len(train)))
         losses.append(targeted_step(model, optimizer, rows))
         tokens += sum(len(ids) for ids, _ in rows)
         if search_train:
@@ -342,6 +354,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "note": "the fair policy's find_product calls, loss on their argument values and each value's closing token"}}
     return _save_phase(model, tokenizer, base, out, "recommending", {
         "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
+        **({"renamed_ids": {"pool": len(pool)}} if rename_ids else {}),
         "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
         "first_loss": round(losses[0], 4) if losses else None,
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
@@ -351,6 +364,27 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         **searching, "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
                 "the recommended ids; part of the base; no held-out problem read"})
+
+
+_PRODUCT_ID = re.compile(r'"product_id"\s*:\s*"([^"\\]+)"')
+
+
+def renamed_ids(text: str, pool: list[str], rng: random.Random) -> str:
+    """`text` with each product id a tool result shows (`"product_id": "..."`) renamed, wherever it
+    stands (results, calls), to a distinct id drawn from `pool`: the same page and choice with
+    other ids, so the ids a call writes must be copied from the page, not recalled."""
+    shown = sorted(set(_PRODUCT_ID.findall(text)), key=len, reverse=True)
+    if not shown or len(pool) < len(shown):
+        return text
+    mapping = dict(zip(shown, rng.sample(pool, len(shown)), strict=True))
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, shown)) + r")(?![\w-])")
+    return pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+def _row_of(encoded: tuple[list[int], list[list[int]]]) -> tuple[list[int], list[int]]:
+    """(token ids, every loss position) from (token ids, each id's positions)."""
+    ids, groups = encoded
+    return ids, [p for g in groups for p in g]
 
 
 def _value(key: str) -> str:
