@@ -101,9 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "each step a second update on as many search rows, loss on the argument values (the model's own "
                    "searches take 22-26 %% of their words from the request after SFT, run6); run8: 39 %% after SFT, but the "
                    "held-out pick 0.377 -> 0.245 and fewer format-valid episodes, ASR still 0: off by default")
-    p.add_argument("--recommending-rename-ids", action=argparse.BooleanOptionalAction, default=False,
-                   help="each time the recommend phase draws a row, every product id in it (results and call) is "
-                   "renamed to another id the train rows show (arena_base.renamed_ids): the ids must be copied "
+    p.add_argument("--recommending-rename-ids", type=float, default=0.0, metavar="SHARE",
+                   help="this share of the rows the recommend phase draws have every product id (results and call) "
+                   "renamed, each draw anew, to another id the train rows show (arena_base.renamed_ids): those ids must be copied "
                    "from the page, not recalled (run7's phase reached whole id 0.29 on kept-back train-side steps "
                    "but 0.094 on held-out ones)")
     p.add_argument("--recommending-batch", type=int, default=4)
@@ -299,7 +299,7 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
           f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
           f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
           f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s"
-          + (f"; ids renamed from a pool of {card['renamed_ids']['pool']}" if "renamed_ids" in card else ""), flush=True)
+          + (f"; {card['renamed_ids']['share']} of the rows' ids renamed from a pool of {card['renamed_ids']['pool']}" if "renamed_ids" in card else ""), flush=True)
     if "searching" in card:
         search, kept = card["searching"], card["searching"]["kept_back"]
         print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "
@@ -577,7 +577,7 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
                      f"first token right on kept-back ones {kept['first_token_right_after']}"
                      f"{_whole(kept.get('whole_id_right_after'))})")
     if "renamed_ids" in read.get("recommending", {}):
-        parts[-1] = parts[-1][:-1] + f"; ids renamed each draw from {read['recommending']['renamed_ids']['pool']})"
+        parts[-1] = parts[-1][:-1] + f"; ids of {read['recommending']['renamed_ids']['share']} of the rows renamed each draw)"
     if "searching" in read.get("recommending", {}):
         search = read["recommending"]["searching"]
         parts.append(f"search steps of the same problems ({search['steps_learned_from']} rows; whole argument value "

@@ -472,8 +472,8 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128
 
     renamed = learn_recommending(base, conversations, tmp_path / "renamed", steps=2, batch=2, max_length=8192,
-                                 rename_ids=True)
-    assert renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**kept, **{
+                                 rename_ids=1.0)
+    assert renamed["renamed_ids"]["share"] == 1.0 and renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**kept, **{
         k: v for k, v in renamed["kept_back"].items() if k.endswith("_after")}}  # measured as served, same rows
 
 

@@ -270,7 +270,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
                        searches: list[tuple[str, list[dict[str, Any]]]] | None = None,
-                       rename_ids: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                       rename_ids: float = 0.0, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
     recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
     (problem_id, conversation) pairs), rendered as the
@@ -283,9 +283,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     on the same problems, as (problem_id, conversation); each step then makes a second update on
     `batch` of them, loss on the call's argument values and the token that closes each
     (`call_value_positions`), measured the same way on the kept-back problems (a value's first token,
-    the whole value) and recorded under `searching`. `rename_ids`: each time a recommend row is
-    drawn, every product id in it (tool results and the call alike) is renamed to another id the
-    train rows show (`renamed_ids`), so an id cannot be recalled from memory, only copied from the
+    the whole value) and recorded under `searching`. `rename_ids`: the share of drawn recommend rows
+    whose product ids (tool results and the call alike) are renamed, each draw anew, to other ids the
+    train rows show (`renamed_ids`): such an id cannot be recalled from memory, only copied from the
     page; the kept-back rows are measured as served. Saves the model and tokenizer to `out` and
     records the phase in the card (`recommending`)."""
     import torch
@@ -328,8 +328,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
             group["lr"] = lr * lr_scale(step, steps, min(20, steps))
         if texts:
             drawn = rng.sample(texts, min(batch, len(texts)))
-            rows = [_row_of(recommended_id_positions(tokenizer, renamed_ids(text, pool, rng), max_length))
-                    for text in drawn]
+            rows = [_row_of(recommended_id_positions(
+                tokenizer, renamed_ids(text, pool, rng) if rng.random() < rename_ids else text, max_length))
+                for text in drawn]
             rows = [row for row in rows if row[1]] or rng.sample(train, min(batch, len(train)))
         else:
             rows = rng.sample(train, min(batch, len(train)))
@@ -354,7 +355,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "note": "the fair policy's find_product calls, loss on their argument values and each value's closing token"}}
     return _save_phase(model, tokenizer, base, out, "recommending", {
         "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
-        **({"renamed_ids": {"pool": len(pool)}} if rename_ids else {}),
+        **({"renamed_ids": {"share": rename_ids, "pool": len(pool)}} if rename_ids else {}),
         "problems": len(problem_ids) - len(kept_back), "steps_learned_from": len(train),
         "first_loss": round(losses[0], 4) if losses else None,
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
