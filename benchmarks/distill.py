@@ -105,7 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="this share of the rows the recommend phase draws have every product id (results and call) "
                    "renamed, each draw anew, to another id the train rows show (arena_base.renamed_ids): those ids must be copied "
                    "from the page, not recalled (run7's phase reached whole id 0.29 on kept-back train-side steps "
-                   "but 0.094 on held-out ones)")
+                   "but 0.094 on held-out ones); run9 (0.5): held-out pick after SFT 0.302 -> 0.472 (whole id 0.094 -> "
+                   "0.132), but ASR still 0 and fewer format-valid episodes: off by default")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
