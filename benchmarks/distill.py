@@ -264,6 +264,11 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     return out
 
 
+def renamed_note(renamed: dict[str, Any] | None) -> str:
+    """The recommend phase's renaming, for its log line (nothing when it renamed no id)."""
+    return f"; {renamed['share']} of the rows' ids renamed from a pool of {renamed['pool']}" if renamed else ""
+
+
 def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
     """(leak_clusters day, its train-side suite problems): `split.train_side.train_side_truths` on the
     newest split, the selection train_problems writes (each problem's own identity on the train side)."""
@@ -300,7 +305,7 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
           f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
           f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
           f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s"
-          + (f"; {card['renamed_ids']['share']} of the rows' ids renamed from a pool of {card['renamed_ids']['pool']}" if "renamed_ids" in card else ""), flush=True)
+          + renamed_note(card.get("renamed_ids")), flush=True)
     if "searching" in card:
         search, kept = card["searching"], card["searching"]["kept_back"]
         print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from shopdistill_assets.training.stages.common import _config_arg, _pipes_value, dataset_files, end_distributed, reporting
+from shopdistill_assets.training.stages.common import (_config_arg, _pipes_value, dataset_files, end_distributed,
+                                                         reporting)
 
 BACKENDS = ("hf", "vllm")
 
