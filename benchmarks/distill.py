@@ -107,6 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "from the page, not recalled (run7's phase reached whole id 0.29 on kept-back train-side steps "
                    "but 0.094 on held-out ones); run9 (0.5): held-out pick after SFT 0.302 -> 0.472 (whole id 0.094 -> "
                    "0.132), but ASR still 0 and fewer format-valid episodes: off by default")
+    p.add_argument("--recommending-rename-words", type=float, default=0.0, metavar="SHARE",
+                   help="with --recommending-searches: this share of the search rows drawn have each word their call "
+                   "copies from the request renamed, each draw anew, in the request, results and calls alike "
+                   "(arena_base.renamed_words): the search's words must be copied from the request, not recalled")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
@@ -145,6 +149,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "new tokens, so 30 problems (~150 steps) cost <= 2.5 min a policy")
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
+    if args.recommending_rename_words and not args.recommending_searches:
+        p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
     if args.sft_lr is None:
         args.sft_lr = 1e-5 if args.base_model else 5e-4
     if args.quick:
@@ -211,7 +217,7 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
     if args.whole_ids:  # the catalogue is what the tools show, not any problem's answer
         products = list(iter_documents(home / "arena" / "catalog" / "documents.jsonl.gz"))
         pieces += sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
-    path = build_small_model(home / "models" / f"qwen3-{args.size}-random", texts, size=args.size, vocab_size=args.vocab,
+    path = build_small_model(phase_folder(args, home, "-random"), texts, size=args.size, vocab_size=args.vocab,
                              seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens,
                              key_pieces=ID_KEY_PIECES if args.key_pieces else (),
                              max_positions=max(4096, args.max_length))
@@ -239,7 +245,7 @@ def pretrain_base(args: argparse.Namespace, random_base: Path, rows: list[dict],
 
     texts = pretraining_texts(render_conversations(rows)[1:], home / "arena" / "catalog", args.pretrain_steps,
                               args.seed, build_tokenizer(vocab_size=300), args.browsing_share)
-    out = home / "models" / f"qwen3-{args.size}"
+    out = phase_folder(args, home, "")
     card = pretrain(random_base, texts, out, lr=args.pretrain_lr, max_length=args.max_length, seed=args.seed,
                     sources={"train_corpus": corpus_version, "train_corpus_rows": len(rows),
                              "browsing_share": args.browsing_share, "catalog": "arena/catalog"})
@@ -252,7 +258,7 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     """The base learns the arena's most common pick (training/arena_base.learn_picking)."""
     from shopdistill_assets.training.arena_base import PICKING_CURRICULUM, SERVED_LOOKS, learn_picking
 
-    out = home / "models" / f"qwen3-{args.size}-picking"
+    out = phase_folder(args, home, "-picking")
     picking = learn_picking(base, home / "arena" / "catalog", out, curriculum=args.picking_curriculum or PICKING_CURRICULUM,
                             lr=args.picking_lr, max_length=args.max_length, seed=args.seed,
                             **({"looks": SERVED_LOOKS, "served": True} if args.picking_served else {}),
@@ -264,9 +270,9 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     return out
 
 
-def renamed_note(renamed: dict[str, Any] | None) -> str:
-    """The recommend phase's renaming, for its log line (nothing when it renamed no id)."""
-    return f"; {renamed['share']} of the rows' ids renamed from a pool of {renamed['pool']}" if renamed else ""
+def renamed_note(renamed: dict[str, Any] | None, what: str = "ids") -> str:
+    """The recommend phase's renaming, for its log line (nothing when it renamed none)."""
+    return f"; {renamed['share']} of the rows' {what} renamed from a pool of {renamed['pool']}" if renamed else ""
 
 
 def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
@@ -293,10 +299,10 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
                                   ("recommend_product", "find_product"))
     conversations = [(pid, c) for pid, name, c in calls if name == "recommend_product"]
     searches = [(pid, c) for pid, name, c in calls if name == "find_product"] if args.recommending_searches else None
-    out = home / "models" / f"qwen3-{args.size}-recommending"
+    out = phase_folder(args, home, "-recommending")
     card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,
                               lr=args.recommending_lr, max_length=args.max_length, seed=args.seed, searches=searches,
-                              rename_ids=args.recommending_rename_ids,
+                              rename_ids=args.recommending_rename_ids, rename_words=args.recommending_rename_words,
                               sources={"leak_clusters_day": day, "train_side_problems": len(problems)},
                               log=lambda line: print(f"   {line}", flush=True))
     kept = card["kept_back"]
@@ -311,7 +317,8 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
         print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "
               f"{search['first_loss']} -> {search['final_loss']}; on {kept['steps']} kept-back steps ({kept['values']} "
               f"values) first token right {kept['first_token_right_before']} -> {kept['first_token_right_after']}, "
-              f"whole value {kept['whole_value_right_before']} -> {kept['whole_value_right_after']}", flush=True)
+              f"whole value {kept['whole_value_right_before']} -> {kept['whole_value_right_after']}"
+              + renamed_note(search.get("renamed_words"), "words"), flush=True)
     return out
 
 
@@ -395,7 +402,12 @@ def base_folder(args: argparse.Namespace, home: Path, before: str | None = None)
     folder ends with `before`."""
     named = [suffix for suffix, on in (("-random", True), ("", bool(args.pretrain_steps)), ("-picking", args.picking),
                                        ("-recommending", bool(args.recommending_steps))) if on]
-    return home / "models" / f"qwen3-{args.size}{named[named.index(before) - 1] if before else named[-1]}"
+    return phase_folder(args, home, named[named.index(before) - 1] if before else named[-1])
+
+
+def phase_folder(args: argparse.Namespace, home: Path, suffix: str) -> Path:
+    """Where a base phase saves its model: `-random`, `` (the reading), `-picking`, `-recommending`."""
+    return home / "models" / f"qwen3-{args.size}{suffix}"
 
 
 def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, Path]:
@@ -579,15 +591,16 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
                      f"{_whole(phases[-1].get('whole_id_right'))})")
     if "recommending" in read:
         r, kept = read["recommending"], read["recommending"]["kept_back"]
+        renamed = f"; ids of {r['renamed_ids']['share']} of the rows renamed each draw" if "renamed_ids" in r else ""
         parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
                      f"first token right on kept-back ones {kept['first_token_right_after']}"
-                     f"{_whole(kept.get('whole_id_right_after'))})")
-    if "renamed_ids" in read.get("recommending", {}):
-        parts[-1] = parts[-1][:-1] + f"; ids of {read['recommending']['renamed_ids']['share']} of the rows renamed each draw)"
+                     f"{_whole(kept.get('whole_id_right_after'))}{renamed})")
     if "searching" in read.get("recommending", {}):
         search = read["recommending"]["searching"]
+        renamed = (f"; words of {search['renamed_words']['share']} of the rows renamed each draw"
+                   if "renamed_words" in search else "")
         parts.append(f"search steps of the same problems ({search['steps_learned_from']} rows; whole argument value "
-                     f"right on kept-back ones {search['kept_back']['whole_value_right_after']})")
+                     f"right on kept-back ones {search['kept_back']['whole_value_right_after']}{renamed})")
     return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -472,9 +473,12 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128
 
     renamed = learn_recommending(base, conversations, tmp_path / "renamed", steps=2, batch=2, max_length=8192,
-                                 rename_ids=1.0)
+                                 rename_ids=1.0, searches=searches, rename_words=1.0)
     assert renamed["renamed_ids"]["share"] == 1.0 and renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**kept, **{
         k: v for k, v in renamed["kept_back"].items() if k.endswith("_after")}}  # measured as served, same rows
+    words = renamed["searching"]
+    assert words["renamed_words"]["share"] == 1.0 and words["renamed_words"]["pool"] >= 10 and words["tokens"] > 0
+    assert words["kept_back"]["steps"] == search["kept_back"]["steps"]
 
 
 def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
@@ -501,6 +505,43 @@ def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
     assert renamed_ids(text, pool[:1], random.Random(0)) == text  # a pool too small to rename from: as served
 
 
+def test_renamed_words_rename_what_the_search_copies_from_the_request_everywhere_after_the_prompt():
+    """The search rows' renaming: each word the last call copies from the request becomes another
+    word of the pool, in the request, the tool results and the calls alike, and each copied number
+    another number of as many digits with the order kept (a range stays a range); the system prompt,
+    the words the call does not copy and the words kept (service cues) are left as they are."""
+    import random
+
+    from shopdistill_assets.training.arena_base import copied_words, renamed_words
+
+    def call(name, arguments):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+    conversation = [
+        {"role": "system", "content": "You shop. Use find_product with a tefal query."},
+        {"role": "user", "content": "Find me a Tefal waist bag, priced between 318 and 1200 PHP, that ships for free."},
+        call("find_product", {"q": "tefal bag", "page": 1}),
+        {"role": "tool", "content": json.dumps([{"product_id": "318", "title": "Tefal waist bag", "price": 1200}])},
+        call("find_product", {"q": "tefal waist bag", "page": 1, "price": "318-1200", "service": "freeShipping"}),
+    ]
+    keep = {"free", "ships"}
+    assert copied_words(conversation, keep) == {"tefal", "waist", "bag", "318", "1200"}
+    out = renamed_words(conversation, ["zebra", "kettle", "nylon", "lenovo"], random.Random(0), keep)
+    assert out[0] == conversation[0]  # the prompt as served
+    q = json.loads(out[4]["tool_calls"][0]["function"]["arguments"])
+    low, high = q["price"].split("-")
+    assert len(low) == 3 and len(high) == 4 and int(low) < int(high)
+    brand, waist, bag = q["q"].split()
+    assert {brand, waist, bag} <= {"zebra", "kettle", "nylon", "lenovo"} and len({brand, waist, bag}) == 3
+    assert out[1]["content"] == (f"Find me a {brand} {waist} {bag}, priced between {low} and {high} PHP, "
+                                 "that ships for free.")
+    assert json.loads(out[3]["content"]) == [{"product_id": low, "title": f"{brand} {waist} {bag}", "price": int(high)}]
+    assert json.loads(out[2]["tool_calls"][0]["function"]["arguments"])["q"] == f"{brand} {bag}"
+    assert q["service"] == "freeShipping"
+    assert renamed_words(conversation, ["zebra"], random.Random(0), keep) == conversation  # a pool too small
+
+
 def test_an_induction_batch_is_ordinary_tokens_written_twice():
     import torch
 
@@ -524,3 +565,44 @@ def test_id_key_pieces_are_one_token_each_in_compact_and_spaced_json():
         pieces = [tokenizer.decode([i]) for i in tokenizer(text)["input_ids"]]
         assert [p for p in pieces if p in ID_KEY_PIECES] == [p for p in ID_KEY_PIECES if p in text.replace(" ", "")]
         assert pieces[pieces.index(next(p for p in pieces if p in ID_KEY_PIECES)) + 1] == "503"  # the id follows
+
+
+def _distill_script():
+    """benchmarks/distill.py as a module (a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distill_script", Path(__file__).parents[1] / "benchmarks" / "distill.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_path):
+    """distill.py: renaming the search rows' words needs the search rows; `--reuse-base` finds the
+    phase before a missing recommend phase by the flags; the report's base note names each phase and
+    what it renamed."""
+    from shopdistill_assets.training.arena_base import CARD
+
+    distill = _distill_script()
+    with pytest.raises(SystemExit):
+        distill.parse_args(["--recommending-rename-words", "1.0"])
+    args = distill.parse_args(["--recommending-searches", "--recommending-rename-words", "1.0", "--out", str(tmp_path)])
+    assert distill.base_folder(args, tmp_path).name.endswith("-recommending")
+    assert distill.base_folder(args, tmp_path, before="-recommending") == distill.phase_folder(args, tmp_path, "-picking")
+    no_phases = distill.parse_args(["--no-picking", "--recommending-steps", "0", "--out", str(tmp_path)])
+    assert distill.base_folder(no_phases, tmp_path) == distill.phase_folder(no_phases, tmp_path, "")
+
+    kept = {"first_token_right_after": 0.9, "whole_id_right_after": 0.3}
+    card = {"recommending": {"problems": 40, "steps": 1600, "batch": 4, "kept_back": kept,
+                             "renamed_ids": {"share": 1.0, "pool": 2766},
+                             "searching": {"steps_learned_from": 930, "renamed_words": {"share": 0.5, "pool": 191},
+                                           "kept_back": {"whole_value_right_after": 0.35}}}}
+    checkpoint = tmp_path / "base"
+    checkpoint.mkdir()
+    (checkpoint / CARD).write_text(json.dumps(card))
+    note = distill.base_note(args, str(checkpoint))
+    assert ("recommend steps of 40 train-side problems (1600 steps x 4; first token right on kept-back ones 0.9, "
+            "whole id 0.3; ids of 1.0 of the rows renamed each draw)") in note
+    assert "(930 rows; whole argument value right on kept-back ones 0.35; words of 0.5 of the rows renamed each draw)" in note
+    assert distill.renamed_note(card["recommending"]["searching"]["renamed_words"], "words") == (
+        "; 0.5 of the rows' words renamed from a pool of 191")

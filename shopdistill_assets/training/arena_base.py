@@ -270,7 +270,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
                        searches: list[tuple[str, list[dict[str, Any]]]] | None = None,
-                       rename_ids: float = 0.0, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                       rename_ids: float = 0.0, rename_words: float = 0.0,
+                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
     recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
     (problem_id, conversation) pairs), rendered as the
@@ -286,11 +287,14 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     the whole value) and recorded under `searching`. `rename_ids`: the share of drawn recommend rows
     whose product ids (tool results and the call alike) are renamed, each draw anew, to other ids the
     train rows show (`renamed_ids`): such an id cannot be recalled from memory, only copied from the
-    page; the kept-back rows are measured as served. Saves the model and tokenizer to `out` and
+    page; the kept-back rows are measured as served. `rename_words`: the same for the search rows,
+    the share of drawn ones whose words copied from the request are renamed (`renamed_words`), so
+    the search's words must be copied from the request. Saves the model and tokenizer to `out` and
     records the phase in the card (`recommending`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from shopdistill_assets.agent.fair import SERVICE_WORDS
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
 
     if threads:
@@ -317,6 +321,11 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
              for pid, c in conversations if pid not in kept_back] if rename_ids else []
     pool = sorted({i for text in texts for i in _PRODUCT_ID.findall(text)})
     search_train, search_measured = rows_of(searches or [], call_value_positions)
+    search_conversations = [c for pid, c in searches or [] if pid not in kept_back] if rename_words else []
+    keep = ({w.lower() for w in _WORD.findall(json.dumps([tool_schemas(), SERVICE_WORDS]))}
+            | {w.lower() for _, c in searches or [] for m in c if m.get("role") == "system"
+               for w in _WORD.findall(str(m.get("content") or ""))})
+    word_pool = sorted({w for c in search_conversations for w in copied_words(c, keep) if not w.isdigit()})
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
     started, before, search_before = time.monotonic(), _ids_right(model, measured), _ids_right(model, search_measured)
@@ -336,7 +345,15 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
             rows = rng.sample(train, min(batch, len(train)))
         losses.append(targeted_step(model, optimizer, rows))
         tokens += sum(len(ids) for ids, _ in rows)
-        if search_train:
+        if search_conversations:
+            drawn = rng.sample(search_conversations, min(batch, len(search_conversations)))
+            rows = [_row_of(call_value_positions(tokenizer, tokenizer.apply_chat_template(
+                renamed_words(c, word_pool, rng, keep) if rng.random() < rename_words else c,
+                tools=tool_schemas(), tokenize=False), max_length)) for c in drawn]
+            rows = [row for row in rows if row[1]] or rng.sample(search_train, min(batch, len(search_train)))
+            search_losses.append(targeted_step(model, optimizer, rows))
+            search_tokens += sum(len(ids) for ids, _ in rows)
+        elif search_train:
             rows = rng.sample(search_train, min(batch, len(search_train)))
             search_losses.append(targeted_step(model, optimizer, rows))
             search_tokens += sum(len(ids) for ids, _ in rows)
@@ -347,6 +364,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     search_tail = search_losses[-max(1, len(search_losses) // 10):]
     searching = {} if searches is None else {"searching": {
         "steps_learned_from": len(search_train), "tokens": search_tokens,
+        **({"renamed_words": {"share": rename_words, "pool": len(word_pool)}} if rename_words else {}),
         "first_loss": round(search_losses[0], 4) if search_losses else None,
         "final_loss": round(sum(search_tail) / len(search_tail), 4) if search_tail else None,
         "kept_back": {"steps": len(search_measured), "values": sum(len(g) for _, g in search_measured),
@@ -380,6 +398,76 @@ def renamed_ids(text: str, pool: list[str], rng: random.Random) -> str:
     mapping = dict(zip(shown, rng.sample(pool, len(shown)), strict=True))
     pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, shown)) + r")(?![\w-])")
     return pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _bounded(words: Iterable[str]) -> re.Pattern[str]:
+    """A pattern for any of `words`, whole (not inside a longer word or number; `318` in `318-` is
+    whole), case-insensitive."""
+    return re.compile(r"(?<!\w)(" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?!\w)",
+                      re.IGNORECASE)
+
+
+def copied_words(conversation: list[dict[str, Any]], keep: set[str]) -> set[str]:
+    """The words (lower-cased) the conversation's last tool call writes in its string arguments that
+    also stand, whole, in the request (the first user turn): what that call copies from the request.
+    Words in `keep` (the prompt's and the tool schemas' own words) are left out."""
+    request = next((str(m.get("content") or "") for m in conversation if m.get("role") == "user"), "")
+    calls = [c for m in conversation for c in (m.get("tool_calls") or [])]
+    if not calls or not request:
+        return set()
+    try:
+        arguments = json.loads(calls[-1]["function"]["arguments"])
+    except (ValueError, TypeError, KeyError):
+        return set()
+    values = [v for v in arguments.values() if isinstance(v, str)] if isinstance(arguments, dict) else []
+    found = {w.lower() for v in values for w in _WORD.findall(v)} - keep
+    return {w for w in found if _bounded([w]).search(request)}
+
+
+def renamed_words(conversation: list[dict[str, Any]], pool: list[str], rng: random.Random,
+                  keep: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """`conversation` with each word its last call copies from the request (`copied_words`) renamed
+    wherever it stands after the system prompt (request, tool results, calls): a word to another word
+    of `pool`, a number to another number of as many digits, the numbers' order kept (a price range
+    stays a range). The same request and search with other words, so the call's words must be copied
+    from the request, not recalled."""
+    words = copied_words(conversation, keep)
+    numbers = sorted((w for w in words if w.isdigit()), key=int)
+    names = sorted(words - set(numbers))
+    choices = [w for w in pool if w not in words]
+    lengths = [len(w.lstrip("0") or "0") for w in numbers]
+    if not words or len(choices) < len(names) or any(lengths.count(d) > 9 * 10 ** (d - 1) for d in lengths):
+        return conversation
+    mapping = dict(zip(names, rng.sample(choices, len(names)), strict=True))
+    drawn: list[int] = []
+    for number in numbers:
+        digits = len(number.lstrip("0") or "0")
+        value = -1
+        while value < 0 or value in drawn:
+            value = rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10 ** digits)
+        drawn.append(value)
+    mapping |= dict(zip(numbers, map(str, sorted(drawn)), strict=True))
+    pattern = _bounded(words)
+
+    def sub(text: str) -> str:
+        return pattern.sub(lambda m: mapping[m.group(1).lower()], text)
+
+    out = []
+    for m in conversation:
+        if m.get("role") == "system":
+            out.append(m)
+            continue
+        m = dict(m)
+        if isinstance(m.get("content"), str):
+            m["content"] = sub(m["content"])
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": sub(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
 
 
 def _row_of(encoded: tuple[list[int], list[list[int]]]) -> tuple[list[int], list[int]]:
