@@ -16,7 +16,8 @@ page's length. Catalogue pages only: no problem, held-out or not, is read. Measu
 choice never forms; at 5e-4 it does on one page (`--pages 1 --batch 16`), and a `--save`d one-page
 model learns 2 and 4 pages (`--base`); results/distill/README.md. `--steps 0 --heldout OUT` measures
 a checkpoint of a distill.py run where the pick is used: at the fair policy's recommend_product steps
-on that run's held-out problems, teacher forced, in the conversation the evaluation serves.
+on that run's held-out problems, teacher forced, in the conversation the evaluation serves, and
+the argument values of its find_product calls there (first token, the whole value with its close).
 `--recommend-from OUT` trains on the fair policy's recommend steps of OUT's train-side problems
 instead of picking transcripts (what `distill.py --recommending-steps` does), measured on the way
 with `--heldout OUT`; train side only: a problem the train-side rule does not file there stops it.
@@ -91,6 +92,35 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
             out.append((tokenizer.apply_chat_template(messages, tools=tool_schemas(), tokenize=False),
                         len(pages[-1]) if pages else 0))
     return out
+
+
+def heldout_searches(home: Path, tokenizer, limit: int, max_length: int) -> list[tuple[list[int], list[list[int]]]]:
+    """(token ids, each argument value's positions and its closing token) at each of the fair policy's
+    find_product steps on the first `limit` held-out problems of a distill.py run, served as
+    evaluated (`arena_base.call_value_positions`, the search rows' loss). Measured only."""
+    from resources.lake import LakeResource
+    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.evaluation.step_match import teacher_conversations
+    from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.sandbox.tool_specs import tool_schemas
+    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
+    from shopdistill_assets.training.arena_base import call_value_positions
+
+    lake = LakeResource(root=str(home / "lake"))
+    problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+    rows = [call_value_positions(tokenizer, tokenizer.apply_chat_template(c, tools=tool_schemas(), tokenize=False),
+                                 max_length)
+            for _, _, c in teacher_conversations(problems, load_catalog(home / "arena" / "catalog"), ("find_product",))]
+    return [row for row in rows if row[1]]
+
+
+def search_report(model, rows) -> None:
+    """The held-out searches' argument values, teacher forced: first token, whole value with its close."""
+    from shopdistill_assets.training.arena_base import _ids_right
+
+    right = _ids_right(model, rows)
+    print(f"        search values at the held-out find_product steps: first {right['first_token_right']:.3f}  "
+          f"whole {right['whole_id_right']:.3f}  ({sum(len(g) for _, g in rows)} values)", flush=True)
 
 
 def recommend_row(tokenizer, text: str, max_length: int) -> tuple[list[int], None, list[list[int]]]:
@@ -261,8 +291,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(len(e[0][2]) for e in held)} ids measured in {len(held)} fresh ones", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     cpu, tokens = 0.0, 0
+    searches = heldout_searches(args.heldout, tokenizer, args.eval, args.max_length) if args.heldout else []
     if args.base:
         report(0, None, 0, 0.0, measure(model, held, torch))
+        if searches:
+            search_report(model, searches)
     for step in range(1, args.steps + 1):
         batch = [e for e, _ in train[(step - 1) * args.batch: step * args.batch]]
         started = time.process_time()
@@ -278,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu += time.process_time() - started
         if step % args.every == 0 or step == args.steps:
             report(step, loss, tokens, cpu, measure(model, held, torch))
+    if searches and args.steps:
+        search_report(model, searches)
     if args.save:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)
