@@ -70,15 +70,11 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
     recommend_product steps on the first `limit` held-out problems of a distill.py run (`--out`):
     the conversation as the evaluation serves it (system prompt, tool schemas, real tool results)
     with the fair policy's call at its end. Measured only, never trained on."""
-    from resources.lake import LakeResource
-    from shopdistill_assets.evaluation.assets import _newest_version
     from shopdistill_assets.evaluation.step_match import teacher_steps
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
-    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
 
-    lake = LakeResource(root=str(home / "lake"))
-    problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+    problems = heldout_problems(home, limit)
     catalog = load_catalog(home / "arena" / "catalog")
     out = []
     for problem in problems:
@@ -94,20 +90,26 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
     return out
 
 
+def heldout_problems(home: Path, limit: int) -> list:
+    """The first `limit` problems of the newest held-out split of a distill.py run (`--out`)."""
+    from resources.lake import LakeResource
+    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
+
+    lake = LakeResource(root=str(home / "lake"))
+    return rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+
+
 def heldout_searches(home: Path, tokenizer, limit: int, max_length: int) -> list[tuple[list[int], list[list[int]]]]:
     """(token ids, each argument value's positions and its closing token) at each of the fair policy's
     find_product steps on the first `limit` held-out problems of a distill.py run, served as
     evaluated (`arena_base.call_value_positions`, the search rows' loss). Measured only."""
-    from resources.lake import LakeResource
-    from shopdistill_assets.evaluation.assets import _newest_version
     from shopdistill_assets.evaluation.step_match import teacher_conversations
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.sandbox.tool_specs import tool_schemas
-    from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
     from shopdistill_assets.training.arena_base import call_value_positions
 
-    lake = LakeResource(root=str(home / "lake"))
-    problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+    problems = heldout_problems(home, limit)
     rows = [call_value_positions(tokenizer, tokenizer.apply_chat_template(c, tools=tool_schemas(), tokenize=False),
                                  max_length)
             for _, _, c in teacher_conversations(problems, load_catalog(home / "arena" / "catalog"), ("find_product",))]

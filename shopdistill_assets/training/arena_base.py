@@ -351,10 +351,9 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                 renamed_words(c, word_pool, rng, keep) if rng.random() < rename_words else c,
                 tools=tool_schemas(), tokenize=False), max_length)) for c in drawn]
             rows = [row for row in rows if row[1]] or rng.sample(search_train, min(batch, len(search_train)))
-            search_losses.append(targeted_step(model, optimizer, rows))
-            search_tokens += sum(len(ids) for ids, _ in rows)
         elif search_train:
             rows = rng.sample(search_train, min(batch, len(search_train)))
+        if search_train:
             search_losses.append(targeted_step(model, optimizer, rows))
             search_tokens += sum(len(ids) for ids, _ in rows)
         if log and step % 100 == 0:
