@@ -113,6 +113,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(arena_base.renamed_words): the search's words must be copied from the request, not recalled")
     p.add_argument("--recommending-batch", type=int, default=4)
     p.add_argument("--recommending-lr", type=float, default=1e-3)
+    p.add_argument("--recommending-then", type=recommend_part, action="append", default=[], metavar="PART",
+                   help="a further part of the recommend phase, on the model the part before it left (repeat for "
+                   "more): STEPS, then any of `searches`, `ids=SHARE`, `words=SHARE` (with searches), `lr=RATE` "
+                   "(default --recommending-lr), comma-separated; the flags above are the first part. run12's phase: "
+                   "--recommending-steps 1600 --recommending-rename-ids 1.0 --recommending-then "
+                   "400,searches,ids=1,words=1 --recommending-then 300,ids=1,lr=3e-4")
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
@@ -151,6 +157,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
+    if args.recommending_then and not args.recommending_steps:
+        p.error("--recommending-then continues the recommend phase: it needs --recommending-steps")
     if args.sft_lr is None:
         args.sft_lr = 1e-5 if args.base_model else 5e-4
     if args.quick:
@@ -159,8 +167,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
         args.recommending_steps = min(args.recommending_steps, 4)
+        args.recommending_then = [{**part, "steps": min(part["steps"], 4)} for part in args.recommending_then]
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
     return args
+
+
+def recommend_part(text: str) -> dict[str, Any]:
+    """One `--recommending-then` part: `STEPS[,searches][,ids=SHARE][,words=SHARE][,lr=RATE]`."""
+    steps, *items = [item.strip() for item in text.split(",")]
+    part: dict[str, Any] = {"steps": steps, "searches": False, "rename_ids": 0.0, "rename_words": 0.0, "lr": None}
+    names = {"ids": "rename_ids", "words": "rename_words", "lr": "lr"}
+    try:
+        part["steps"] = int(steps)
+        for item in items:
+            key, _, value = item.partition("=")
+            if item == "searches":
+                part["searches"] = True
+            elif key in names and value:
+                part[names[key]] = float(value)
+            else:
+                raise ValueError(f"unknown item {item!r}")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e} (STEPS[,searches][,ids=SHARE][,words=SHARE][,lr=RATE])")
+    if part["steps"] < 1 or not (0 <= part["rename_ids"] <= 1 and 0 <= part["rename_words"] <= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: steps >= 1 and shares within 0..1")
+    if part["rename_words"] and not part["searches"]:
+        raise argparse.ArgumentTypeError(f"{text!r}: words= renames the search rows: it needs searches")
+    return part
+
+
+def recommend_parts(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The recommend phase's parts, in order: the --recommending-* flags, then each --recommending-then
+    (its learning rate --recommending-lr where it names none); none without --recommending-steps."""
+    if not args.recommending_steps:
+        return []
+    first = {"steps": args.recommending_steps, "searches": args.recommending_searches, "lr": args.recommending_lr,
+             "rename_ids": args.recommending_rename_ids, "rename_words": args.recommending_rename_words}
+    return [first, *({**part, "lr": part["lr"] or args.recommending_lr} for part in args.recommending_then)]
 
 
 def _cpu() -> float:
@@ -289,37 +332,51 @@ def train_side_problems(lake: Any, home: Path) -> tuple[str, list[Any]]:
 
 def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Path) -> Path:
     """The base learns the recommend step as served, on train-side problems only
-    (training/arena_base.learn_recommending)."""
+    (training/arena_base.learn_recommending), in the parts `recommend_parts` names, each on the model
+    the one before it left; the last saves to the `-recommending` folder, its card keeps the earlier
+    parts' records (`recommending_earlier`)."""
     from shopdistill_assets.evaluation.step_match import teacher_conversations
     from shopdistill_assets.sandbox import load_catalog
-    from shopdistill_assets.training.arena_base import learn_recommending
 
     day, problems = train_side_problems(lake, home)
     calls = teacher_conversations(problems, load_catalog(home / "arena" / "catalog"),
                                   ("recommend_product", "find_product"))
     conversations = [(pid, c) for pid, name, c in calls if name == "recommend_product"]
-    searches = [(pid, c) for pid, name, c in calls if name == "find_product"] if args.recommending_searches else None
-    out = phase_folder(args, home, "-recommending")
-    card = learn_recommending(base, conversations, out, steps=args.recommending_steps, batch=args.recommending_batch,
-                              lr=args.recommending_lr, max_length=args.max_length, seed=args.seed, searches=searches,
-                              rename_ids=args.recommending_rename_ids, rename_words=args.recommending_rename_words,
-                              sources={"leak_clusters_day": day, "train_side_problems": len(problems)},
+    searches = [(pid, c) for pid, name, c in calls if name == "find_product"]
+    parts = recommend_parts(args)
+    for number, part in enumerate(parts, 1):
+        out = phase_folder(args, home, "-recommending" if number == len(parts) else f"-recommending-part{number}")
+        recommending_part(args, base, out, part, conversations, searches,
+                          {"leak_clusters_day": day, "train_side_problems": len(problems)},
+                          f" (part {number} of {len(parts)})" if len(parts) > 1 else "")
+        base = out
+    return base
+
+
+def recommending_part(args: argparse.Namespace, base: Path, out: Path, part: dict[str, Any], conversations: list,
+                      searches: list, sources: dict[str, Any], label: str) -> None:
+    """One part of the recommend phase, and its log lines."""
+    from shopdistill_assets.training.arena_base import learn_recommending
+
+    card = learn_recommending(base, conversations, out, steps=part["steps"], batch=args.recommending_batch,
+                              lr=part["lr"], max_length=args.max_length, seed=args.seed,
+                              searches=searches if part["searches"] else None, rename_ids=part["rename_ids"],
+                              rename_words=part["rename_words"], sources=sources,
                               log=lambda line: print(f"   {line}", flush=True))
     kept = card["kept_back"]
-    print(f"   recommending: {card['steps']} steps x {card['batch']}, {card['steps_learned_from']} steps of "
-          f"{card['problems']} train-side problems, {card['tokens']:,} tokens, loss {card['first_loss']} -> "
-          f"{card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) first token right "
-          f"{kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
+    print(f"   recommending{label}: {card['steps']} steps x {card['batch']} at {card['learning_rate']}, "
+          f"{card['steps_learned_from']} steps of {card['problems']} train-side problems, {card['tokens']:,} tokens, "
+          f"loss {card['first_loss']} -> {card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) "
+          f"first token right {kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
           f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s"
           + renamed_note(card.get("renamed_ids")), flush=True)
     if "searching" in card:
         search, kept = card["searching"], card["searching"]["kept_back"]
-        print(f"   searching: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, loss "
-              f"{search['first_loss']} -> {search['final_loss']}; on {kept['steps']} kept-back steps ({kept['values']} "
-              f"values) first token right {kept['first_token_right_before']} -> {kept['first_token_right_after']}, "
-              f"whole value {kept['whole_value_right_before']} -> {kept['whole_value_right_after']}"
-              + renamed_note(search.get("renamed_words"), "words"), flush=True)
-    return out
+        print(f"   searching{label}: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, "
+              f"loss {search['first_loss']} -> {search['final_loss']}; on {kept['steps']} kept-back steps "
+              f"({kept['values']} values) first token right {kept['first_token_right_before']} -> "
+              f"{kept['first_token_right_after']}, whole value {kept['whole_value_right_before']} -> "
+              f"{kept['whole_value_right_after']}" + renamed_note(search.get("renamed_words"), "words"), flush=True)
 
 
 def train(resources: dict, names: list[str], ops: dict[str, Any]) -> dict[str, Any]:
@@ -592,9 +649,11 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
     if "recommending" in read:
         r, kept = read["recommending"], read["recommending"]["kept_back"]
         renamed = f"; ids of {r['renamed_ids']['share']} of the rows renamed each draw" if "renamed_ids" in r else ""
+        earlier = read.get("recommending_earlier", [])
+        after = f" after {len(earlier)} earlier part(s): {'; '.join(map(_part_note, earlier))}" if earlier else ""
         parts.append(f"recommend steps of {r['problems']} train-side problems ({r['steps']} steps x {r['batch']}; "
                      f"first token right on kept-back ones {kept['first_token_right_after']}"
-                     f"{_whole(kept.get('whole_id_right_after'))}{renamed})")
+                     f"{_whole(kept.get('whole_id_right_after'))}{renamed}{after})")
     if "searching" in read.get("recommending", {}):
         search = read["recommending"]["searching"]
         renamed = (f"; words of {search['renamed_words']['share']} of the rows renamed each draw"
@@ -602,6 +661,22 @@ def base_note(args: argparse.Namespace, checkpoint: str | None) -> str:
         parts.append(f"search steps of the same problems ({search['steps_learned_from']} rows; whole argument value "
                      f"right on kept-back ones {search['kept_back']['whole_value_right_after']}{renamed})")
     return f"{' + '.join(parts)} ({Path(checkpoint or '').name}/{CARD})"
+
+
+def _recommending_phase(args: argparse.Namespace) -> str:
+    parts = len(recommend_parts(args))
+    return "" if not parts else "recommending" if parts == 1 else f"recommending in {parts} parts"
+
+
+def _part_note(record: dict[str, Any]) -> str:
+    """An earlier part of the recommend phase, from its card record."""
+    renamed = [f"{what} of {record[key]['share']}" for what, key in (("ids", "renamed_ids"),) if key in record]
+    search = record.get("searching", {})
+    if "renamed_words" in search:
+        renamed.append(f"words of {search['renamed_words']['share']}")
+    return (f"{record['steps']} steps x {record['batch']} at {record['learning_rate']}"
+            + (f" with {search['steps_learned_from']} search rows" if search else "")
+            + (f", {' and '.join(renamed)} of the rows renamed" if renamed else ""))
 
 
 def _whole(share: float | None) -> str:
@@ -630,7 +705,7 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
     total_wall = sum(t[1] for t in TIMES)
     total_cpu = sum(t[2] for t in TIMES)
     phases = [f"{args.pretrain_steps} steps of arena text" if args.pretrain_steps else "",
-              "picking" if args.picking else "", "recommending" if args.recommending_steps else ""]
+              "picking" if args.picking else "", _recommending_phase(args)]
     base = f"`{args.base_model}`" if args.base_model else \
         f"Qwen3 `{args.size}` ({', then '.join(['random init', *filter(None, phases)])})"
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"

@@ -480,6 +480,14 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     assert words["renamed_words"]["share"] == 1.0 and words["renamed_words"]["pool"] >= 10 and words["tokens"] > 0
     assert words["kept_back"]["steps"] == search["kept_back"]["steps"]
 
+    later = learn_recommending(tmp_path / "renamed", conversations, tmp_path / "later", steps=1, batch=2, max_length=8192,
+                               lr=3e-4, rename_ids=1.0)  # a second part, on the first part's model
+    continued = json.loads((tmp_path / "later" / CARD).read_text())
+    assert continued["recommending"]["learning_rate"] == 3e-4 and "searching" not in continued["recommending"]
+    assert [r["steps"] for r in continued["recommending_earlier"]] == [2] and continued["recommending_earlier"][0][
+        "searching"]["renamed_words"]["share"] == 1.0 and later["kept_back"]["whole_id_right_before"] == renamed[
+        "kept_back"]["whole_id_right_after"]  # the same kept-back rows, measured on the model the first part left
+
 
 def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
     """The recommend phase's renaming: every id a page shows becomes a distinct id of the pool in the
@@ -592,6 +600,22 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     no_phases = distill.parse_args(["--no-picking", "--recommending-steps", "0", "--out", str(tmp_path)])
     assert distill.base_folder(no_phases, tmp_path) == distill.phase_folder(no_phases, tmp_path, "")
 
+    for wrong in (["--recommending-then", "300,ids=1", "--recommending-steps", "0"], ["--recommending-then", "300,words=1", "--recommending-steps", "5"],
+                  ["--recommending-then", "300,ids=2", "--recommending-steps", "5"],
+                  ["--recommending-then", "many", "--recommending-steps", "5"],
+                  ["--recommending-then", "300,speed=1", "--recommending-steps", "5"]):
+        with pytest.raises(SystemExit):
+            distill.parse_args(wrong)
+    recipe = distill.parse_args(["--recommending-steps", "1600", "--recommending-rename-ids", "1.0", "--recommending-then",
+                                 "400,searches,ids=1,words=1", "--recommending-then", " 300, ids=1, lr=3e-4"])
+    assert distill.recommend_parts(recipe) == [
+        {"steps": 1600, "searches": False, "lr": 1e-3, "rename_ids": 1.0, "rename_words": 0.0},
+        {"steps": 400, "searches": True, "lr": 1e-3, "rename_ids": 1.0, "rename_words": 1.0},
+        {"steps": 300, "searches": False, "lr": 3e-4, "rename_ids": 1.0, "rename_words": 0.0}]
+    assert distill._recommending_phase(recipe) == "recommending in 3 parts" and distill.recommend_parts(no_phases) == []
+    quick = distill.parse_args(["--quick", "--recommending-then", "300,ids=1"])
+    assert [part["steps"] for part in distill.recommend_parts(quick)] == [4, 4]
+
     kept = {"first_token_right_after": 0.9, "whole_id_right_after": 0.3}
     card = {"recommending": {"problems": 40, "steps": 1600, "batch": 4, "kept_back": kept,
                              "renamed_ids": {"share": 1.0, "pool": 2766},
@@ -606,3 +630,12 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert "(930 rows; whole argument value right on kept-back ones 0.35; words of 0.5 of the rows renamed each draw)" in note
     assert distill.renamed_note(card["recommending"]["searching"]["renamed_words"], "words") == (
         "; 0.5 of the rows' words renamed from a pool of 191")
+    assert "earlier part" not in note
+    card["recommending_earlier"] = [
+        {"steps": 1600, "batch": 4, "learning_rate": 1e-3, "renamed_ids": {"share": 1.0, "pool": 2766}},
+        {"steps": 400, "batch": 4, "learning_rate": 1e-3, "renamed_ids": {"share": 1.0, "pool": 2766},
+         "searching": {"steps_learned_from": 930, "renamed_words": {"share": 1.0, "pool": 191}}}]
+    (checkpoint / CARD).write_text(json.dumps(card))
+    assert ("each draw after 2 earlier part(s): 1600 steps x 4 at 0.001, ids of 1.0 of the rows renamed; 400 steps x 4 "
+            "at 0.001 with 930 search rows, ids of 1.0 and words of 1.0 of the rows renamed)") in distill.base_note(
+                args, str(checkpoint))

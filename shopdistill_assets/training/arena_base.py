@@ -482,13 +482,17 @@ def _value(key: str) -> str:
 
 def _save_phase(model: Any, tokenizer: Any, base: str | Path, out: str | Path, name: str,
                 record: dict[str, Any]) -> dict[str, Any]:
-    """Save a phase's model and tokenizer to `out`, with the base's card plus `record` under `name`."""
+    """Save a phase's model and tokenizer to `out`, with the base's card plus `record` under `name`.
+    A phase run again on its own output (the recommend phase in parts) keeps the base's records of it,
+    in order, under `{name}_earlier`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card_path = Path(base) / CARD
     card = json.loads(card_path.read_text()) if card_path.is_file() else {"base": str(base)}
+    if name in card:
+        card[f"{name}_earlier"] = [*card.get(f"{name}_earlier", []), card[name]]
     card[name] = record
     (out / CARD).write_text(json.dumps(card, indent=2) + "\n")
     return record
