@@ -549,14 +549,14 @@ def measure_step_match(args: argparse.Namespace, lake: Any, policies: list[str],
     """Each policy's next call after every prefix of the fair policy's trajectory on the held-out
     problems policy_eval evaluated (the newest heldout_eval_set, the same limit)."""
     from shopdistill_assets.agent.policies_registry import lookup
-    from shopdistill_assets.evaluation.assets import _newest_version, weights_sha256
+    from shopdistill_assets.evaluation.assets import heldout_version, weights_sha256
     from shopdistill_assets.evaluation.step_match import chat_policy, step_match, teacher_steps
     from shopdistill_assets.sandbox import load_catalog
     from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
 
     out = {}
     with phase("step match on the fair policy's held-out trajectories"):
-        version = _newest_version(lake, None)
+        version = heldout_version(lake)
         limit = args.step_match_limit or args.eval_limit
         problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[:limit]
         catalog = load_catalog(home / "arena" / "catalog")

@@ -93,11 +93,11 @@ def heldout_recommendations(home: Path, tokenizer, limit: int) -> list[tuple[str
 def heldout_problems(home: Path, limit: int) -> list:
     """The first `limit` problems of the newest held-out split of a distill.py run (`--out`)."""
     from resources.lake import LakeResource
-    from shopdistill_assets.evaluation.assets import _newest_version
+    from shopdistill_assets.evaluation.assets import heldout_version
     from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
 
     lake = LakeResource(root=str(home / "lake"))
-    return rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())[:limit]
+    return rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, heldout_version(lake)).to_dicts())[:limit]
 
 
 def heldout_searches(home: Path, tokenizer, limit: int, max_length: int) -> list[tuple[list[int], list[list[int]]]]:
@@ -118,11 +118,11 @@ def heldout_searches(home: Path, tokenizer, limit: int, max_length: int) -> list
 
 def search_report(model, rows) -> None:
     """The held-out searches' argument values, teacher forced: first token, whole value with its close."""
-    from shopdistill_assets.training.arena_base import _ids_right
+    from shopdistill_assets.training.arena_base import written_right
 
-    right = _ids_right(model, rows)
+    right = written_right(model, rows, "value")
     print(f"        search values at the held-out find_product steps: first {right['first_token_right']:.3f}  "
-          f"whole {right['whole_id_right']:.3f}  ({sum(len(g) for _, g in rows)} values)", flush=True)
+          f"whole {right['whole_value_right']:.3f}  ({sum(len(g) for _, g in rows)} values)", flush=True)
 
 
 def recommend_row(tokenizer, text: str, max_length: int) -> tuple[list[int], None, list[list[int]]]:

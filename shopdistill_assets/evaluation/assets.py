@@ -125,7 +125,8 @@ def policy_endpoint(spec: PolicySpec, problems, catalog, max_new_tokens: int = 5
         yield server.url, spec.name
 
 
-def _newest_version(lake: LakeResource, requested: str | None) -> str:
+def heldout_version(lake: LakeResource, requested: str | None = None) -> str:
+    """The heldout_eval_set snapshot to evaluate on: `requested`, or the newest by its as-of day."""
     if requested:
         return requested
     newest = newest_heldout_version(lake.list_snapshots(HELDOUT_ASSET),
@@ -139,7 +140,7 @@ def _newest_version(lake: LakeResource, requested: str | None) -> str:
        description="A policy on the leak-guarded held-out set in the sandbox: ASR, pass@1, pass@k, per category.")
 def policy_eval(context: AssetExecutionContext, config: EvalConfig, lake: LakeResource) -> MaterializeResult:
     spec = lookup(context.partition_key)
-    version = _newest_version(lake, config.heldout_version)
+    version = heldout_version(lake, config.heldout_version)
     problems = rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, version).to_dicts())[: config.limit]
     if not problems:
         raise ValueError(f"heldout_eval_set {version} is empty: nothing to evaluate")

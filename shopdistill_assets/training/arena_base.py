@@ -213,7 +213,7 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
         tail = losses[-max(1, len(losses) // 10):]
         phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
                        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
-                       **_ids_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
+                       **written_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
     return _save_phase(model, tokenizer, base, out, "picking", {
         "learning_rate": lr, "max_results": max_results, "looks": list(looks), "served": served, "phases": phases,
         "seconds": round(time.monotonic() - started, 1),
@@ -278,7 +278,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     policy is served (system prompt, tool schemas), loss on the recommended ids only, AdamW warmup
     then cosine. The picking transcripts teach the choice in their own format and it barely reached
     these steps (results/distill/README.md, run4/run5); this phase trains it there. Every
-    `measure_every`-th problem is held back and measured before and after (`_ids_right`: each
+    `measure_every`-th problem is held back and measured before and after (`written_right`: each
     recommended id's first token and the whole id, teacher forced, the units of pick_probe.py):
     train-side problems this phase never trained on. `searches`: the fair policy's find_product calls
     on the same problems, as (problem_id, conversation); each step then makes a second update on
@@ -305,30 +305,33 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     problem_ids = sorted({pid for pid, _ in [*conversations, *(searches or [])]})
     kept_back = set(problem_ids[::measure_every]) if measure_every else set()
 
-    def rows_of(pairs: list[tuple[str, list[dict[str, Any]]]], positions: Callable[..., Any]) -> tuple[list, list]:
+    def rows_of(pairs: list[tuple[str, list[dict[str, Any]]]], positions: Callable[..., Any]) -> tuple[list, list, list]:
+        """(train rows, kept-back rows, the train rows' rendered texts)"""
         train: list[tuple[list[int], list[int]]] = []
         measured: list[tuple[list[int], list[list[int]]]] = []
+        texts: list[str] = []
         for pid, conversation in pairs:
-            ids, groups = positions(tokenizer, tokenizer.apply_chat_template(conversation, tools=tool_schemas(),
-                                                                             tokenize=False), max_length)
+            text = tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False)
+            texts.extend([] if pid in kept_back else [text])
+            ids, groups = positions(tokenizer, text, max_length)
             if groups:
                 (measured.append((ids, groups)) if pid in kept_back else
                  train.append((ids, [p for g in groups for p in g])))
-        return train, measured
+        return train, measured, texts
 
-    train, measured = rows_of(conversations, recommended_id_positions)
-    texts = [tokenizer.apply_chat_template(c, tools=tool_schemas(), tokenize=False)
-             for pid, c in conversations if pid not in kept_back] if rename_ids else []
+    train, measured, texts = rows_of(conversations, recommended_id_positions)
+    texts = texts if rename_ids else []  # renamed afresh each draw
     pool = sorted({i for text in texts for i in _PRODUCT_ID.findall(text)})
-    search_train, search_measured = rows_of(searches or [], call_value_positions)
+    search_train, search_measured, _ = rows_of(searches or [], call_value_positions)
     search_conversations = [c for pid, c in searches or [] if pid not in kept_back] if rename_words else []
     keep = ({w.lower() for w in _WORD.findall(json.dumps([tool_schemas(), SERVICE_WORDS]))}
             | {w.lower() for _, c in searches or [] for m in c if m.get("role") == "system"
-               for w in _WORD.findall(str(m.get("content") or ""))})
+               for w in _WORD.findall(str(m.get("content") or ""))}) if search_conversations else set()
     word_pool = sorted({w for c in search_conversations for w in copied_words(c, keep) if not w.isdigit()})
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
-    started, before, search_before = time.monotonic(), _ids_right(model, measured), _ids_right(model, search_measured)
+    started = time.monotonic()
+    before, search_before = written_right(model, measured), written_right(model, search_measured, "value")
     rng, losses, search_losses, tokens, search_tokens = random.Random(seed), [], [], 0, 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
@@ -367,8 +370,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "first_loss": round(search_losses[0], 4) if search_losses else None,
         "final_loss": round(sum(search_tail) / len(search_tail), 4) if search_tail else None,
         "kept_back": {"steps": len(search_measured), "values": sum(len(g) for _, g in search_measured),
-                      **{f"{_value(k)}_before": v for k, v in search_before.items()},
-                      **{f"{_value(k)}_after": v for k, v in _ids_right(model, search_measured).items()}},
+                      **{f"{k}_before": v for k, v in search_before.items()},
+                      **{f"{k}_after": v for k, v in written_right(model, search_measured, "value").items()}},
         "note": "the fair policy's find_product calls, loss on their argument values and each value's closing token"}}
     return _save_phase(model, tokenizer, base, out, "recommending", {
         "learning_rate": lr, "steps": steps, "batch": batch, "tokens": tokens,
@@ -378,7 +381,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
         "kept_back": {"problems": len(kept_back), "steps": len(measured), "ids": sum(len(g) for _, g in measured),
                       **{f"{k}_before": v for k, v in before.items()},
-                      **{f"{k}_after": v for k, v in _ids_right(model, measured).items()}},
+                      **{f"{k}_after": v for k, v in written_right(model, measured).items()}},
         **searching, "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
                 "the recommended ids; part of the base; no held-out problem read"})
@@ -475,11 +478,6 @@ def _row_of(encoded: tuple[list[int], list[list[int]]]) -> tuple[list[int], list
     return ids, [p for g in groups for p in g]
 
 
-def _value(key: str) -> str:
-    """_ids_right's keys for argument values: the first token, the whole value."""
-    return key.replace("whole_id", "whole_value")
-
-
 def _save_phase(model: Any, tokenizer: Any, base: str | Path, out: str | Path, name: str,
                 record: dict[str, Any]) -> dict[str, Any]:
     """Save a phase's model and tokenizer to `out`, with the base's card plus `record` under `name`.
@@ -519,10 +517,11 @@ def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[i
     return loss.item()
 
 
-def _ids_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> dict[str, float | None]:
-    """Of the ids written in `rows` (token ids, each id's positions), teacher forced, the share whose
-    first token is the model's top guess (`first_token_right`: which result) and whose every token is
-    (`whole_id_right`: the copy after the choice too)."""
+def written_right(model: Any, rows: list[tuple[list[int], list[list[int]]]], unit: str = "id") -> dict[str, float | None]:
+    """Of the ids (or other `unit`s: argument values) written in `rows` (token ids, each one's
+    positions), teacher forced, the share whose first token is the model's top guess
+    (`first_token_right`: which result) and whose every token is (`whole_{unit}_right`: the copy
+    after the choice too)."""
     import torch
 
     model.eval()
@@ -535,7 +534,7 @@ def _ids_right(model: Any, rows: list[tuple[list[int], list[list[int]]]]) -> dic
                 first, whole, looks = first + right[0], whole + all(right), looks + 1
     model.train()
     return {"first_token_right": round(first / looks, 4) if looks else None,
-            "whole_id_right": round(whole / looks, 4) if looks else None}
+            f"whole_{unit}_right": round(whole / looks, 4) if looks else None}
 
 
 def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 from resources.lake import LakeResource
 from shopdistill_assets.agent.metrics import search_grounding
-from shopdistill_assets.evaluation.assets import _newest_version
+from shopdistill_assets.evaluation.assets import heldout_version
 from shopdistill_assets.split.heldout import HELDOUT_ASSET, rows_to_problems
 
 lake = LakeResource(root=sys.argv[1])
 answers = {p.problem_id: {str(r["product_id"]) for r in p.reward if isinstance(r, dict) and r.get("product_id")}
-           for p in rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, _newest_version(lake, None)).to_dicts())}
+           for p in rows_to_problems(lake.read_snapshot(HELDOUT_ASSET, heldout_version(lake)).to_dicts())}
 _SHOWN = re.compile(r'"product_id"\s*:\s*"([^"\\]+)"')
 
 
