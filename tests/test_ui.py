@@ -30,6 +30,36 @@ def clean_env(home: Path, **extra: str) -> dict:
     return {**env, "SHOPDISTILL_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **extra}
 
 
+def live_in_group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` that have not exited (zombies left out: an orphan's
+    zombie may never be reaped in a container)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
+def stop_session(proc: subprocess.Popen, whole_group: bool = False, grace_s: float = 120) -> None:
+    """Stop a service started in its own session: SIGTERM to its leader (`dagster dev` then shuts down
+    the webserver, daemon and code servers it started, as on Ctrl-C), or to the whole group where the
+    leader does not pass it on (`make`); then wait until every process of the group has exited: a
+    code server's multiprocessing resource tracker unlinks its `/dev/shm` semaphores only when it
+    outlives its parent, so SIGKILL, which leaks them, comes only after `grace_s`."""
+    (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None or live_in_group(proc.pid):
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return
+        time.sleep(0.5)
+
+
 def funnel_materialization(home: Path):
     os.environ["DAGSTER_HOME"] = str(home / "dagster")  # the instance's yaml names it; restored after the test
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
@@ -120,11 +150,7 @@ def dagster_dev(processed, tmp_path):
                 time.sleep(1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_session(proc)
         log.close()
 
 
@@ -201,11 +227,7 @@ def root_dagster_dev(tmp_path):
                 time.sleep(1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_session(proc)
         log.close()
     assert "which is not set" not in (tmp_path / "dagster-dev.log").read_text()  # the DAGSTER_HOME traceback
 
@@ -289,9 +311,5 @@ def test_a_second_make_dev_fails_clearly_instead_of_a_second_daemon(tmp_path):
         assert moved.returncode != 0, moved.stdout[-2000:]
         assert "another make dev already runs on" in moved.stderr, moved.stderr
     finally:
-        os.killpg(first.pid, signal.SIGTERM)
-        try:
-            first.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(first.pid, signal.SIGKILL)
+        stop_session(first, whole_group=True)
         log.close()
