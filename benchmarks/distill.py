@@ -483,6 +483,11 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     if not (base / "config.json").is_file():  # the phases before it were built: the recommend phase is missing
         with phase(f"the base's recommend phase, on the reused {before.name}"):
             recommending_base(args, before, lake, home)
+    from shopdistill_assets.training.tiny_model import markup_as_text
+
+    if markup_as_text(base):  # built before the tool-call markers were text: Dr. GRPO's rewards would all be 0
+        print(f"   {base.name}: tokenizer re-saved with <tool_call>, <think> and the like as text, ids unchanged",
+              flush=True)
     print(f"== reusing the base {base} and train_corpus {gated[0]} of {home}", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(base)
     return gated[0], base

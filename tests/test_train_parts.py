@@ -513,6 +513,45 @@ def test_grpo_prompts_are_rendered_with_the_tools_sft_trains_with(tmp_path):
         assert whole.startswith(prompt.rsplit("<|im_start|>assistant", 1)[0])  # the context SFT trained on
 
 
+def test_a_tool_call_survives_the_decode_grpo_rewards(tmp_path):
+    """TRL's GRPO trainer decodes completions with skip_special_tokens=True before the reward
+    functions see them; as in Qwen3's tokenizer, the tiny models' tool-call and think markers are
+    text, not control tokens, so a well-formed call still scores (with them special, every reward
+    was 0 and Dr. GRPO left the model as it found it)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from shopdistill_assets.training.stages.rewards import format_reward, tool_match_reward
+    from shopdistill_assets.training.tiny_model import (MARKUP_TOKENS, build_small_model, build_tiny_model,
+                                                        markup_as_text)
+
+    turn = ('<think>\nsearch first\n</think>\n\n<tool_call>\n{"name": "find_product", "arguments": {"q": "tefal pan"}}'
+            '\n</tool_call><|im_end|>')
+    for path in (build_tiny_model(tmp_path / "tiny"),
+                 build_small_model(tmp_path / "small", [turn] * 4, size="h128l4", vocab_size=600, identity=True)):
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        (completion,) = tokenizer.batch_decode([tokenizer(turn, add_special_tokens=False)["input_ids"]],
+                                               skip_special_tokens=True)
+        assert "<|im_end|>" not in completion and all(tokenizer.convert_tokens_to_ids(m) != tokenizer.unk_token_id
+                                                       for m in MARKUP_TOKENS)
+        assert format_reward([completion]) == [1.0]
+        assert tool_match_reward([completion], ["find_product"], ['{"q": "tefal pan"}']) == [1.0]
+
+    # a base saved before: the markers special; markup_as_text re-saves it as text, ids unchanged
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.add_special_tokens(list(MARKUP_TOKENS))
+    old = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  additional_special_tokens=list(MARKUP_TOKENS))
+    old.chat_template = tokenizer.chat_template
+    old.save_pretrained(tmp_path / "old")
+    ids = old(turn, add_special_tokens=False)["input_ids"]
+    assert "<tool_call>" not in old.decode(ids, skip_special_tokens=True)
+    assert markup_as_text(tmp_path / "old") and not markup_as_text(tmp_path / "old")  # once
+    migrated = AutoTokenizer.from_pretrained(tmp_path / "old")
+    assert migrated(turn, add_special_tokens=False)["input_ids"] == ids and migrated.chat_template == old.chat_template
+    assert format_reward(migrated.batch_decode([ids], skip_special_tokens=True)) == [1.0]
+
+
 def test_report_and_loss_curve_render_inline_with_baselines_and_sample_sizes():
     import base64
 

@@ -234,6 +234,7 @@ def test_lineage_names_the_corpus_the_days_and_the_files(trained):
     assert lineage["effective"]["max_tokens"] == 14336 and lineage["effective"]["report_to"] == ["tensorboard"]
     grpo = trained.store.lineage(trained.store.latest("dr_grpo"))["training"]
     assert grpo["loss_type"] == "dr_grpo" and grpo["scale_rewards"] == "none" and grpo["episode_reward"] is True
+    assert 0.0 <= grpo["reward_flat_share"] <= 1.0  # groups whose generations all scored alike (no signal)
     kto = trained.store.lineage(trained.store.latest("kto"))
     assert kto["dataset"]["asset"] == "kto_dataset" and kto["corpus"]["version"] == trained.corpus_version
     # kto_dataset writes one label block after the other; the stage shuffles (seeded) before batching

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
+from typing import Any
 from pathlib import Path
 
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
@@ -19,6 +20,21 @@ SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
     "<tool_response>", "</tool_response>",
 ]
+# Whole tokens that are text, not control, as in Qwen3's tokenizer ("special": false): decoding
+# with skip_special_tokens=True, as TRL's GRPO trainer decodes completions for its reward
+# functions, keeps them, so a completion's tool call is still there to be scored.
+MARKUP_TOKENS = SPECIAL_TOKENS[3:]
+
+
+def _as_qwen3(bpe: Any) -> Any:
+    """The trained BPE with the markup tokens (kept whole by the trainer) registered as text, and
+    wrapped as a transformers tokenizer whose special tokens are Qwen3's control tokens only."""
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    bpe.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])  # same ids
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token=None, additional_special_tokens=["<|im_start|>"])
 
 # Used only when TRL's copy of the original Qwen3 template is not installed: renders system,
 # user, assistant (think + tool calls) and tool turns the way Qwen3 does, minus its edge cases.
@@ -54,6 +70,21 @@ _PHRASES = [
 ]
 
 
+def markup_as_text(path: str | Path) -> bool:
+    """Migrate a tokenizer saved before the markup tokens were text (`MARKUP_TOKENS` special): re-save
+    it at `path` with them as text, ids unchanged. True when it changed anything."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    special = set(tokenizer.all_special_tokens)
+    if not special & set(MARKUP_TOKENS):
+        return False
+    fixed = _as_qwen3(tokenizer.backend_tokenizer)
+    fixed.chat_template = tokenizer.chat_template
+    fixed.save_pretrained(path)
+    return True
+
+
 def chat_template_text() -> str:
     """TRL's copy of the original Qwen3 chat template, or the minimal fallback."""
     try:
@@ -75,7 +106,6 @@ def _corpus() -> list[str]:
 def build_tokenizer(vocab_size: int = 1024):
     """A byte-level BPE tokenizer trained on the tool schemas and shopping phrases."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -84,10 +114,7 @@ def build_tokenizer(vocab_size: int = 1024):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(_corpus(), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
-        additional_special_tokens=SPECIAL_TOKENS[3:],
-    )
+    tokenizer = _as_qwen3(bpe)
     tokenizer.chat_template = chat_template_text()
     return tokenizer
 
@@ -171,7 +198,6 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
     `key_pieces` (e.g. ID_KEY_PIECES) are one token each too, matched after the JSON spacing is
     folded, so the same piece whether the tool result was written compact or with spaces."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
@@ -181,10 +207,7 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     numbers = " ".join(f"{n:03d} {n} {n:02d}" for n in range(1000))  # every digit group frequent enough to merge
     bpe.train_from_iterator([*texts, *_corpus(), *[numbers] * 40], trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
-        additional_special_tokens=SPECIAL_TOKENS[3:],
-    )
+    tokenizer = _as_qwen3(bpe)
     if whole_pieces:
         tokenizer.add_tokens([AddedToken(p, normalized=False, special=False) for p in dict.fromkeys(whole_pieces) if p])
     if key_pieces:

@@ -123,6 +123,10 @@ def train(argv, pipes) -> int:
     read = len(rows)
     funcs, weights, environment = reward_setup(args, config.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
+    if "<tool_call>" in tokenizer.all_special_tokens:  # TRL decodes completions skipping special tokens
+        raise SystemExit("dr_grpo: the tokenizer marks <tool_call> as a special token, so the completions the rewards "
+                         "score would lose their tool calls and every reward would be 0; mark it as text, as Qwen3 "
+                         "does (training/tiny_model.markup_as_text re-saves a tokenizer so)")
     limit = args.max_tokens
     if "max_completion_length" not in given:
         config.max_completion_length = completion_budget(teacher_turn_tokens(tokenizer, rows),
@@ -150,8 +154,17 @@ def train(argv, pipes) -> int:
     template = adopt_training_template(trainer, tokenizer)
     summary = fit(trainer, callback, args, config.output_dir)
     rewards = [x.get("reward") for x in trainer.state.log_history if isinstance(x.get("reward"), (int, float))]
+    flat = [x["frac_reward_zero_std"] for x in trainer.state.log_history
+            if isinstance(x.get("frac_reward_zero_std"), (int, float))]
+    if flat and min(flat) >= 1.0:  # every group's generations scored alike: no advantage, no update from it
+        message = ("dr_grpo: every generation of each prompt got the same reward (mean "
+                   f"{sum(rewards) / max(1, len(rewards)):.3f}): no learning signal, the policy barely moved")
+        print(message, file=sys.stderr)
+        if pipes is not None:
+            pipes.log.warning(message)
     summary.update(counts, loss_type=config.loss_type, scale_rewards=config.scale_rewards,
                    mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
+                   reward_flat_share=round(sum(flat) / len(flat), 4) if flat else None,
                    episode_reward=bool(environment), chat_template=template,
                    prompt_tools="environment" if environment else "dataset")
     record = {"effective": effective(config, model_args, args, limit),
