@@ -5,12 +5,17 @@ the SFT outcome filter, and the report's goals."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from shopdistill_assets.agent.fair import parse_item, parse_request
+
+REPO = Path(__file__).resolve().parents[1]
 
 PRODUCT = "Can you find a waist bag from logitech, less than 602 php, sold by an official LazMall store, closure: zipper."
 SHOP = ("Which store has all of these items: (1) a adidas brand hair dryer, in red color; (2) a kaiser laptop stand, "
@@ -511,6 +516,14 @@ def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
     assert shown[2] == second and f'"product_ids": "{second},{first}"' in out  # the call names the same results
     assert out.count("3015838") == 2 and "4.0" in out and "bag 15035687794" in out
     assert renamed_ids(text, pool[:1], random.Random(0)) == text  # a pool too small to rename from: as served
+
+    # the same seed renames alike in every process (a set's order follows the process's string hashes)
+    script = ("import json, random, sys; from shopdistill_assets.training.arena_base import renamed_ids; "
+              "text, pool = json.load(sys.stdin); print(renamed_ids(text, pool, random.Random(0)))")
+    outs = {subprocess.run([sys.executable, "-c", script], input=json.dumps([text, pool]), capture_output=True, text=True,
+                           cwd=REPO, env={**os.environ, "PYTHONHASHSEED": str(hashes)}, check=True).stdout
+            for hashes in range(6)}
+    assert outs == {out + "\n"}
 
 
 def test_renamed_words_rename_what_the_search_copies_from_the_request_everywhere_after_the_prompt():

@@ -394,7 +394,7 @@ def renamed_ids(text: str, pool: list[str], rng: random.Random) -> str:
     """`text` with each product id a tool result shows (`"product_id": "..."`) renamed, wherever it
     stands (results, calls), to a distinct id drawn from `pool`: the same page and choice with
     other ids, so the ids a call writes must be copied from the page, not recalled."""
-    shown = sorted(set(_PRODUCT_ID.findall(text)), key=len, reverse=True)
+    shown = sorted(set(_PRODUCT_ID.findall(text)), key=lambda i: (-len(i), i))  # not the set's order: hashes vary by process
     if not shown or len(pool) < len(shown):
         return text
     mapping = dict(zip(shown, rng.sample(pool, len(shown)), strict=True))
