@@ -11,19 +11,20 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from shopdistill_assets.sandbox.tool_specs import TOOL_SCHEMAS
 
-SPECIAL_TOKENS = [
+# Tokens the BPE trainer keeps whole: Qwen3's three control tokens, then its markup, which is text,
+# not control ("special": false in Qwen3's tokenizer): decoding with skip_special_tokens=True, as
+# TRL's GRPO trainer decodes completions for its reward functions, keeps the markup, so a
+# completion's tool call is still there to be scored.
+WHOLE_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
     "<tool_response>", "</tool_response>",
 ]
-# Whole tokens that are text, not control, as in Qwen3's tokenizer ("special": false): decoding
-# with skip_special_tokens=True, as TRL's GRPO trainer decodes completions for its reward
-# functions, keeps them, so a completion's tool call is still there to be scored.
-MARKUP_TOKENS = SPECIAL_TOKENS[3:]
+MARKUP_TOKENS = WHOLE_TOKENS[3:]
 
 
 def _as_qwen3(bpe: Any) -> Any:
@@ -111,7 +112,7 @@ def build_tokenizer(vocab_size: int = 1024):
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=WHOLE_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(_corpus(), trainer=trainer)
     tokenizer = _as_qwen3(bpe)
@@ -203,7 +204,7 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
     bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
     bpe.pre_tokenizer = _pre_tokenizer(identity)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, max_token_length=max_token_length,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=WHOLE_TOKENS, max_token_length=max_token_length,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     numbers = " ".join(f"{n:03d} {n} {n:02d}" for n in range(1000))  # every digit group frequent enough to merge
     bpe.train_from_iterator([*texts, *_corpus(), *[numbers] * 40], trainer=trainer)
