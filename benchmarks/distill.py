@@ -119,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default --recommending-lr), comma-separated; the flags above are the first part. run13: "
                    "--recommending-steps 1600 --recommending-rename-ids 1.0 --recommending-then "
                    "400,searches,ids=1,words=1 --recommending-then 300,ids=1,lr=3e-4 took the gated SFT to 7.9 %% "
-                   "held-out ASR (1.7 %% unfiltered) in a draw whose id copy formed (1 of 3 draws; seed 5 now "
+                   "held-out ASR (1.7 %% unfiltered) in a draw whose id copy formed (1 of 4 draws; seed 5 now "
                    "gives a weaker one); ~47 min for the phase, so not the default yet")
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
