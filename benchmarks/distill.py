@@ -677,10 +677,9 @@ def _recommending_phase(args: argparse.Namespace) -> str:
 
 def _part_note(record: dict[str, Any]) -> str:
     """An earlier part of the recommend phase, from its card record."""
-    renamed = [f"{what} of {record[key]['share']}" for what, key in (("ids", "renamed_ids"),) if key in record]
     search = record.get("searching", {})
-    if "renamed_words" in search:
-        renamed.append(f"words of {search['renamed_words']['share']}")
+    renamed = [f"{what} of {renaming['share']}" for what, renaming in
+               (("ids", record.get("renamed_ids")), ("words", search.get("renamed_words"))) if renaming]
     return (f"{record['steps']} steps x {record['batch']} at {record['learning_rate']}"
             + (f" with {search['steps_learned_from']} search rows" if search else "")
             + (f", {' and '.join(renamed)} of the rows renamed" if renamed else ""))

@@ -305,14 +305,16 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     problem_ids = sorted({pid for pid, _ in [*conversations, *(searches or [])]})
     kept_back = set(problem_ids[::measure_every]) if measure_every else set()
 
-    def rows_of(pairs: list[tuple[str, list[dict[str, Any]]]], positions: Callable[..., Any]) -> tuple[list, list, list]:
+    def rows_of(pairs: list[tuple[str, list[dict[str, Any]]]],
+                positions: Callable[..., Any]) -> tuple[list, list, list]:
         """(train rows, kept-back rows, the train rows' rendered texts)"""
         train: list[tuple[list[int], list[int]]] = []
         measured: list[tuple[list[int], list[list[int]]]] = []
         texts: list[str] = []
         for pid, conversation in pairs:
             text = tokenizer.apply_chat_template(conversation, tools=tool_schemas(), tokenize=False)
-            texts.extend([] if pid in kept_back else [text])
+            if pid not in kept_back:
+                texts.append(text)
             ids, groups = positions(tokenizer, text, max_length)
             if groups:
                 (measured.append((ids, groups)) if pid in kept_back else
@@ -394,7 +396,8 @@ def renamed_ids(text: str, pool: list[str], rng: random.Random) -> str:
     """`text` with each product id a tool result shows (`"product_id": "..."`) renamed, wherever it
     stands (results, calls), to a distinct id drawn from `pool`: the same page and choice with
     other ids, so the ids a call writes must be copied from the page, not recalled."""
-    shown = sorted(set(_PRODUCT_ID.findall(text)), key=lambda i: (-len(i), i))  # not the set's order: hashes vary by process
+    # a total order, not the set's: a set of strings iterates by the process's hash seed
+    shown = sorted(set(_PRODUCT_ID.findall(text)), key=lambda i: (-len(i), i))
     if not shown or len(pool) < len(shown):
         return text
     mapping = dict(zip(shown, rng.sample(pool, len(shown)), strict=True))
@@ -517,7 +520,8 @@ def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[i
     return loss.item()
 
 
-def written_right(model: Any, rows: list[tuple[list[int], list[list[int]]]], unit: str = "id") -> dict[str, float | None]:
+def written_right(model: Any, rows: list[tuple[list[int], list[list[int]]]],
+                  unit: str = "id") -> dict[str, float | None]:
     """Of the ids (or other `unit`s: argument values) written in `rows` (token ids, each one's
     positions), teacher forced, the share whose first token is the model's top guess
     (`first_token_right`: which result) and whose every token is (`whole_{unit}_right`: the copy
