@@ -112,6 +112,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "copies from the request renamed, each draw anew, in the request, results and calls alike "
                    "(arena_base.renamed_words): the search's words must be copied from the request, not recalled")
     p.add_argument("--recommending-batch", type=int, default=4)
+    p.add_argument("--recommending-measure-steps", type=int, default=400, metavar="N",
+                   help="measure the kept-back train-side ids every N steps of each recommend part (first token, "
+                   "whole id, by piece; the card's kept_back.curve): whether the copy formed shows before the part "
+                   "ends (0: only before and after)")
     p.add_argument("--recommending-lr", type=float, default=1e-3)
     p.add_argument("--recommending-then", type=recommend_part, action="append", default=[], metavar="PART",
                    help="a further part of the recommend phase, on the model the part before it left (repeat for "
@@ -364,14 +368,15 @@ def recommending_part(args: argparse.Namespace, base: Path, out: Path, part: dic
                               lr=part["lr"], max_length=args.max_length, seed=args.seed,
                               searches=searches if part["searches"] else None, rename_ids=part["rename_ids"],
                               rename_words=part["rename_words"], sources=sources,
+                              measure_steps=args.recommending_measure_steps,
                               log=lambda line: print(f"   {line}", flush=True))
     kept = card["kept_back"]
     print(f"   recommending{label}: {card['steps']} steps x {card['batch']} at {card['learning_rate']}, "
           f"{card['steps_learned_from']} steps of {card['problems']} train-side problems, {card['tokens']:,} tokens, "
           f"loss {card['first_loss']} -> {card['final_loss']}; on {kept['steps']} kept-back steps ({kept['ids']} ids) "
           f"first token right {kept['first_token_right_before']} -> {kept['first_token_right_after']}, whole id "
-          f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']}, {card['seconds']:.0f} s"
-          + renamed_note(card.get("renamed_ids")), flush=True)
+          f"{kept['whole_id_right_before']} -> {kept['whole_id_right_after']} (by piece {kept.get('pieces_right_after')}), "
+          f"{card['seconds']:.0f} s" + renamed_note(card.get("renamed_ids")), flush=True)
     if "searching" in card:
         search, kept = card["searching"], card["searching"]["kept_back"]
         print(f"   searching{label}: {search['steps_learned_from']} find_product steps, {search['tokens']:,} tokens, "

@@ -464,7 +464,7 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
         assert call_value_positions(tokenizer, text, groups[0][0])[1] == []
 
     card = learn_recommending(base, conversations, tmp_path / "recommending", steps=3, batch=2, max_length=8192,
-                              sources={"test": True}, searches=searches)
+                              sources={"test": True}, searches=searches, measure_steps=1)
     search = card["searching"]
     assert search["steps_learned_from"] + search["kept_back"]["steps"] == len(searches) and search["tokens"] > 0
     assert 0.0 <= search["kept_back"]["whole_value_right_after"] <= search["kept_back"]["first_token_right_after"]
@@ -473,13 +473,18 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
     assert kept["problems"] == len(sorted({pid for pid, _ in conversations})[::10]) and kept["steps"] >= 1
     assert several and kept["ids"] >= kept["steps"]
     assert 0.0 <= kept["whole_id_right_after"] <= kept["first_token_right_after"] <= 1.0
+    pieces = kept["pieces_right_after"]  # each piece's share: the first is the first token's, every one bounds the whole
+    assert 1 <= len(pieces) <= 4 and pieces[0] == kept["first_token_right_after"] and all(
+        kept["whole_id_right_after"] <= p <= 1.0 for p in pieces)
+    assert [c["step"] for c in kept["curve"]] == [1, 2] and all(  # measured along the way, not at the end again
+        set(c) == {"step", "first_token_right", "whole_id_right", "pieces_right"} for c in kept["curve"])
     written = json.loads((tmp_path / "recommending" / CARD).read_text())["recommending"]
     assert written["sources"] == {"test": True} and "no held-out problem" in written["note"]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "recommending").config.hidden_size == 128
 
     renamed = learn_recommending(base, conversations, tmp_path / "renamed", steps=2, batch=2, max_length=8192,
                                  rename_ids=1.0, searches=searches, rename_words=1.0)
-    assert renamed["renamed_ids"]["share"] == 1.0 and renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**kept, **{
+    assert renamed["renamed_ids"]["share"] == 1.0 and renamed["renamed_ids"]["pool"] >= 10 and renamed["kept_back"] == {**{k: v for k, v in kept.items() if k != "curve"}, **{
         k: v for k, v in renamed["kept_back"].items() if k.endswith("_after")}}  # measured as served, same rows
     words = renamed["searching"]
     assert words["renamed_words"]["share"] == 1.0 and words["renamed_words"]["pool"] >= 10 and words["tokens"] > 0

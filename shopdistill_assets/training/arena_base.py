@@ -270,7 +270,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
                        searches: list[tuple[str, list[dict[str, Any]]]] | None = None,
-                       rename_ids: float = 0.0, rename_words: float = 0.0,
+                       rename_ids: float = 0.0, rename_words: float = 0.0, measure_steps: int = 0,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The base learns the arena's last step where the evaluation asks for it: the fair policy's
     recommend_product calls on train-side problems (`evaluation.step_match.recommend_conversations`:
@@ -289,8 +289,10 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     train rows show (`renamed_ids`): such an id cannot be recalled from memory, only copied from the
     page; the kept-back rows are measured as served. `rename_words`: the same for the search rows,
     the share of drawn ones whose words copied from the request are renamed (`renamed_words`), so
-    the search's words must be copied from the request. Saves the model and tokenizer to `out` and
-    records the phase in the card (`recommending`)."""
+    the search's words must be copied from the request. `measure_steps` > 0 measures the kept-back
+    ids every that many steps too (`kept_back.curve`, and a log line): the copy forms in some draws
+    and not others (results/distill/README.md, seeds), and the curve shows which, early. Saves the
+    model and tokenizer to `out` and records the phase in the card (`recommending`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -333,7 +335,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
     started = time.monotonic()
-    before, search_before = written_right(model, measured), written_right(model, search_measured, "value")
+    before, search_before = written_right(model, measured, pieces=4), written_right(model, search_measured, "value")
+    curve: list[dict[str, Any]] = []
     rng, losses, search_losses, tokens, search_tokens = random.Random(seed), [], [], 0, 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
@@ -364,6 +367,11 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         if log and step % 100 == 0:
             searched = f", searches {sum(search_losses[-100:]) / len(search_losses[-100:]):.3f}" if search_losses else ""
             log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}{searched}")
+        if measure_steps and measured and step % measure_steps == 0 and step < steps:
+            curve.append({"step": step, **written_right(model, measured, pieces=4)})
+            if log:
+                log(f"recommending: step {step}, kept back: first token {curve[-1]['first_token_right']}, whole id "
+                    f"{curve[-1]['whole_id_right']}, by piece {curve[-1]['pieces_right']}")
     tail = losses[-max(1, len(losses) // 10):]
     search_tail = search_losses[-max(1, len(search_losses) // 10):]
     searching = {} if searches is None else {"searching": {
@@ -383,7 +391,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
         "kept_back": {"problems": len(kept_back), "steps": len(measured), "ids": sum(len(g) for _, g in measured),
                       **{f"{k}_before": v for k, v in before.items()},
-                      **{f"{k}_after": v for k, v in written_right(model, measured).items()}},
+                      **{f"{k}_after": v for k, v in written_right(model, measured, pieces=4).items()},
+                      **({"curve": curve} if curve else {})},
         **searching, "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
                 "the recommended ids; part of the base; no held-out problem read"})
@@ -521,24 +530,32 @@ def targeted_step(model: Any, optimizer: Any, rows: list[tuple[list[int], list[i
 
 
 def written_right(model: Any, rows: list[tuple[list[int], list[list[int]]]],
-                  unit: str = "id") -> dict[str, float | None]:
+                  unit: str = "id", pieces: int = 0) -> dict[str, Any]:
     """Of the ids (or other `unit`s: argument values) written in `rows` (token ids, each one's
     positions), teacher forced, the share whose first token is the model's top guess
     (`first_token_right`: which result) and whose every token is (`whole_{unit}_right`: the copy
-    after the choice too)."""
+    after the choice too). `pieces` > 0 adds `pieces_right`: the share right at each of the first
+    `pieces` token positions, each over the {unit}s that long (a 10-digit id is 3+3+3+1 digits: its
+    last piece, a lone digit, is the one copy a token-in-context shortcut cannot make)."""
     import torch
 
     model.eval()
     first = whole = looks = 0
+    at = [[0, 0] for _ in range(pieces)]
     with torch.no_grad():
         for ids, written in rows:
             guesses = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()
             for positions in written:
                 right = [guesses[p - 1] == ids[p] for p in positions]
                 first, whole, looks = first + right[0], whole + all(right), looks + 1
+                for k, r in enumerate(right[:pieces]):
+                    at[k][0], at[k][1] = at[k][0] + r, at[k][1] + 1
     model.train()
-    return {"first_token_right": round(first / looks, 4) if looks else None,
-            f"whole_{unit}_right": round(whole / looks, 4) if looks else None}
+    shares: dict[str, Any] = {"first_token_right": round(first / looks, 4) if looks else None,
+                              f"whole_{unit}_right": round(whole / looks, 4) if looks else None}
+    if pieces:
+        shares["pieces_right"] = [round(r / n, 4) for r, n in at if n]
+    return shares
 
 
 def browsing_texts(catalog_dir: str | Path, n: int, seed: int, renderer: Any) -> list[str]:
