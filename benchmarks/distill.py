@@ -123,8 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default --recommending-lr), comma-separated; the flags above are the first part. run13: "
                    "--recommending-steps 1600 --recommending-rename-ids 1.0 --recommending-then "
                    "400,searches,ids=1,words=1 --recommending-then 300,ids=1,lr=3e-4 took the gated SFT to 7.9 %% "
-                   "held-out ASR (1.7 %% unfiltered) in a draw whose id copy formed (1 of 4 draws; seed 5 now "
-                   "gives a weaker one); ~47 min for the phase, so not the default yet")
+                   "held-out ASR (1.7 %% unfiltered); through all three parts the id copy formed under seeds 5 and 6 "
+                   "too (run14, run15), with the gated SFT at 2.5 %% and 0.0 %%; ~47 min for the phase, so not "
+                   "the default yet")
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
