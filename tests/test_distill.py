@@ -593,14 +593,34 @@ def test_id_key_pieces_are_one_token_each_in_compact_and_spaced_json():
         assert pieces[pieces.index(next(p for p in pieces if p in ID_KEY_PIECES)) + 1] == "503"  # the id follows
 
 
-def _distill_script():
-    """benchmarks/distill.py as a module (a script, not a package)."""
+def _benchmark(name: str):
+    """benchmarks/{name}.py as a module (a script, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("distill_script", Path(__file__).parents[1] / "benchmarks" / "distill.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_script", Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _distill_script():
+    return _benchmark("distill")
+
+
+def test_corpus_loss_files_each_token_by_where_it_stands():
+    """benchmarks/corpus_loss.py: think text, a find_product call's q value (its first token apart),
+    other call tokens and everything else; another tool's arguments are call tokens, not a query."""
+    kinds_of = _benchmark("corpus_loss").token_kinds
+    call = '<tool_call>{"name": "find_product", "arguments": {"q": "tefal pan"}}</tool_call>'
+    view = '<tool_call>{"name": "view_product_information", "arguments": {"q": "x"}}</tool_call>'
+    text = f"a pan<think>cheap</think>{call} ok {view}"
+    kinds = dict(zip(range(len(text)), kinds_of(text, [(i, i + 1) for i in range(len(text))]), strict=True))
+    q = text.index("tefal")
+    assert kinds[q] == "q_first" and {kinds[i] for i in range(q + 1, q + len("tefal pan"))} == {"q"}
+    assert [kinds[i] for i in range(text.index("cheap"), text.index("cheap") + 5)] == ["think"] * 5
+    assert kinds[0] == "other" and kinds[text.index(" ok ") + 1] == "other"
+    assert kinds[text.index("find_product")] == "call" and kinds[text.index('"x"') + 1] == "call"
+    assert list(kinds.values()).count("q_first") == 1
 
 
 def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_path):
