@@ -79,8 +79,7 @@ def gated_texts(run: Path, every: int) -> list[str]:
     from shopdistill_assets.training.tiny_model import render_conversations
 
     lake = distill.resources_for(run)["lake"]
-    gated = [v for v in lake.list_snapshots("train_corpus")
-             if str(lake.read_manifest("train_corpus", v).get("source", "")).startswith("split_traces")]
+    gated = distill.gated_versions(lake)
     if len(gated) != 1:
         raise SystemExit(f"{run}: needs one gated train_corpus snapshot (has {gated})")
     rows = lake.read_snapshot("train_corpus", gated[0]).sort("trace_id").to_dicts()

@@ -475,6 +475,13 @@ def phase_folder(args: argparse.Namespace, home: Path, suffix: str) -> Path:
     return home / "models" / f"qwen3-{args.size}{suffix}"
 
 
+def gated_versions(lake: Any) -> list[str]:
+    """The run's train_corpus snapshots built from split_traces (the gated corpus; the ablation's is
+    built from normalized_traces)."""
+    return [v for v in lake.list_snapshots("train_corpus")
+            if str(lake.read_manifest("train_corpus", v).get("source", "")).startswith("split_traces")]
+
+
 def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, Path]:
     """(the gated train_corpus version, the base) of the run in `home` (`--reuse-base`): the newest
     snapshot built from split_traces, and the folder of the last base phase the flags name. When
@@ -482,8 +489,7 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     removed), it is built on the phase before it."""
     if args.base_model:
         raise SystemExit("--reuse-base rebuilds nothing: give the base with --base-model on a fresh run instead")
-    gated = [v for v in lake.list_snapshots("train_corpus")
-             if str(lake.read_manifest("train_corpus", v).get("source", "")).startswith("split_traces")]
+    gated = gated_versions(lake)
     base = base_folder(args, home)
     before = base_folder(args, home, before="-recommending") if args.recommending_steps else base
     if len(gated) != 1 or not (before / "config.json").is_file():

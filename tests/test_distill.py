@@ -603,10 +603,6 @@ def _benchmark(name: str):
     return module
 
 
-def _distill_script():
-    return _benchmark("distill")
-
-
 def test_corpus_loss_files_each_token_by_where_it_stands():
     """benchmarks/corpus_loss.py: think text, a find_product call's q value (its first token apart),
     other call tokens and everything else; another tool's arguments are call tokens, not a query."""
@@ -629,7 +625,7 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     what it renamed."""
     from shopdistill_assets.training.arena_base import CARD
 
-    distill = _distill_script()
+    distill = _benchmark("distill")
     with pytest.raises(SystemExit):
         distill.parse_args(["--recommending-rename-words", "1.0"])
     args = distill.parse_args(["--recommending-searches", "--recommending-rename-words", "1.0", "--out", str(tmp_path)])

@@ -266,6 +266,10 @@ def call_value_positions(tokenizer: Any, text: str, max_length: int) -> tuple[li
     return ids, groups
 
 
+# a catalogue id is 10 digits: four tokens, 3+3+3+1 digits (tiny_model.IDENTITY_SPLIT)
+ID_PIECES = 4
+
+
 def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dict[str, Any]]]], out: str | Path, *,
                        steps: int, batch: int = 4, lr: float = 5e-4, max_length: int = 4096, seed: int = 0,
                        measure_every: int = 10, sources: dict[str, Any] | None = None, threads: int | None = None,
@@ -335,7 +339,8 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
     if not train:
         raise ValueError("no recommend_product step to learn from (no train-side problem the fair policy answers)")
     started = time.monotonic()
-    before, search_before = written_right(model, measured, pieces=4), written_right(model, search_measured, "value")
+    before = written_right(model, measured, pieces=ID_PIECES)
+    search_before = written_right(model, search_measured, "value")
     curve: list[dict[str, Any]] = []
     rng, losses, search_losses, tokens, search_tokens = random.Random(seed), [], [], 0, 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -368,7 +373,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
             searched = f", searches {sum(search_losses[-100:]) / len(search_losses[-100:]):.3f}" if search_losses else ""
             log(f"recommending: step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}{searched}")
         if measure_steps and measured and step % measure_steps == 0 and step < steps:
-            curve.append({"step": step, **written_right(model, measured, pieces=4)})
+            curve.append({"step": step, **written_right(model, measured, pieces=ID_PIECES)})
             if log:
                 log(f"recommending: step {step}, kept back: first token {curve[-1]['first_token_right']}, whole id "
                     f"{curve[-1]['whole_id_right']}, by piece {curve[-1]['pieces_right']}")
@@ -391,7 +396,7 @@ def learn_recommending(base: str | Path, conversations: list[tuple[str, list[dic
         "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
         "kept_back": {"problems": len(kept_back), "steps": len(measured), "ids": sum(len(g) for _, g in measured),
                       **{f"{k}_before": v for k, v in before.items()},
-                      **{f"{k}_after": v for k, v in written_right(model, measured, pieces=4).items()},
+                      **{f"{k}_after": v for k, v in written_right(model, measured, pieces=ID_PIECES).items()},
                       **({"curve": curve} if curve else {})},
         **searching, "sources": sources or {}, "seconds": round(time.monotonic() - started, 1),
         "note": "the fair policy's recommend_product steps on train-side problems, served as evaluated, loss on "
