@@ -44,6 +44,9 @@ sys.path.insert(0, str(REPO))
 CHAIN = ["sft", "resft", "teacher_sft", "kto", "dr_grpo"]
 # A CPU-served checkpoint answers 8 episodes' turns in one batch: on a shared machine an episode of
 # 10 turns can outlast ORO's 300 s, which would score the machine's load, not the policy.
+# The recommend phase's parts after the first (run13's recipe): the search step with renamed ids
+# and words, then recommend-only steps at a lower rate.
+DEFAULT_THEN = ("400,searches,ids=1,words=1", "300,ids=1,lr=3e-4")
 DEADLINES = {"request_timeout_s": 900.0, "episode_time_limit_s": 3600.0}
 TIMES: list[tuple[str, float, float]] = []
 
@@ -92,21 +95,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    p.add_argument("--recommending-steps", type=int, default=800, help="then the base learns the arena's last step "
+    p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
-                   "run6: the held-out recommend steps' first id token 0.094 -> 0.377 (0: no such phase)")
+                   "run6: the held-out recommend steps' first id token 0.094 -> 0.377; run13-15 used 1,600, 1,000 fits the 100 "
+                   "minutes (0: no such phase, nor its --recommending-then parts)")
     p.add_argument("--recommending-searches", action=argparse.BooleanOptionalAction, default=False,
                    help="the recommend phase also learns the fair policy's find_product calls on the same problems: "
                    "each step a second update on as many search rows, loss on the argument values (the model's own "
                    "searches take 22-26 %% of their words from the request after SFT, run6); run8: 39 %% after SFT, but the "
                    "held-out pick 0.377 -> 0.245 and fewer format-valid episodes, ASR still 0: off by default")
-    p.add_argument("--recommending-rename-ids", type=float, default=0.0, metavar="SHARE",
+    p.add_argument("--recommending-rename-ids", type=float, default=1.0, metavar="SHARE",
                    help="this share of the rows the recommend phase draws have every product id (results and call) "
                    "renamed, each draw anew, to another id the train rows show (arena_base.renamed_ids): those ids must be copied "
                    "from the page, not recalled (run7's phase reached whole id 0.29 on kept-back train-side steps "
                    "but 0.094 on held-out ones); run9 (0.5): held-out pick after SFT 0.302 -> 0.472 (whole id 0.094 -> "
-                   "0.132), but ASR still 0 and fewer format-valid episodes: off by default")
+                   "0.132); run13 (1.0, with the parts of --recommending-then): the first recipe whose gated SFT passes "
+                   "held-out problems")
     p.add_argument("--recommending-rename-words", type=float, default=0.0, metavar="SHARE",
                    help="with --recommending-searches: this share of the search rows drawn have each word their call "
                    "copies from the request renamed, each draw anew, in the request, results and calls alike "
@@ -117,15 +122,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "whole id, by piece; the card's kept_back.curve): whether the copy formed shows before the part "
                    "ends (0: only before and after)")
     p.add_argument("--recommending-lr", type=float, default=1e-3)
-    p.add_argument("--recommending-then", type=recommend_part, action="append", default=[], metavar="PART",
+    p.add_argument("--recommending-then", type=recommend_part, action="append", default=None, metavar="PART",
                    help="a further part of the recommend phase, on the model the part before it left (repeat for "
                    "more): STEPS, then any of `searches`, `ids=SHARE`, `words=SHARE` (with searches), `lr=RATE` "
-                   "(default --recommending-lr), comma-separated; the flags above are the first part. run13: "
-                   "--recommending-steps 1600 --recommending-rename-ids 1.0 --recommending-then "
-                   "400,searches,ids=1,words=1 --recommending-then 300,ids=1,lr=3e-4 took the gated SFT to 7.9 %% "
-                   "held-out ASR (1.7 %% unfiltered); through all three parts the id copy formed under seeds 5 and 6 "
-                   "too (run14, run15), with the gated SFT at 2.5 %% and 0.0 %%; ~47 min for the phase, so not "
-                   "the default yet")
+                   "(default --recommending-lr), comma-separated; the flags above are the first part; `none`: no "
+                   "further part. Default: " + " then ".join(DEFAULT_THEN) + " (run13's parts: its gated SFT reached "
+                   "7.9 %% held-out ASR, 1.7 %% unfiltered; through all three parts the id copy formed under seeds "
+                   "5 and 6 too, run14 and run15, whose gated SFTs reached 2.5 %% and 0.0 %%)")
     p.add_argument("--browsing-share", type=float, default=1.0, help="share of pretraining texts that are catalogue "
                    "browsing transcripts; the rest are gated train-side trajectories (below 1.0 the base has read the "
                    "gated corpus, which favours it in the gated-vs-unfiltered ablation)")
@@ -153,6 +156,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grpo-steps", type=int, default=4)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
     p.add_argument("--eval-samples", type=int, default=8)
+    p.add_argument("--eval-workers", type=int, default=2, help="policies evaluated at once, each in its own process "
+                   "with the cores split between them (materialize_policies(workers=)); measured on 2 cores: 2 "
+                   "one-thread processes 1.6x one two-thread process")
     p.add_argument("--eval-limit", type=int, default=30, help="held-out problems evaluated (>= 30: the ASR interval "
                    "is over problems, and 10 problems bound ASR 0 only below 28 points)")
     p.add_argument("--step-match", action=argparse.BooleanOptionalAction, default=True,
@@ -164,6 +170,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
+    if args.recommending_then is None:
+        args.recommending_then = [recommend_part(t) for t in DEFAULT_THEN] if args.recommending_steps else []
+    args.recommending_then = [part for part in args.recommending_then if part is not None]  # `none`
     if args.recommending_then and not args.recommending_steps:
         p.error("--recommending-then continues the recommend phase: it needs --recommending-steps")
     if args.sft_lr is None:
@@ -179,8 +188,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def recommend_part(text: str) -> dict[str, Any]:
+def recommend_part(text: str) -> dict[str, Any] | None:
     """One `--recommending-then` part: `STEPS[,searches][,ids=SHARE][,words=SHARE][,lr=RATE]`."""
+    if text.strip() == "none":
+        return None
     steps, *items = [item.strip() for item in text.split(",")]
     part: dict[str, Any] = {"steps": steps, "searches": False, "rename_ids": 0.0, "rename_words": 0.0, "lr": None}
     names = {"ids": "rename_ids", "words": "rename_words", "lr": "lr"}
@@ -519,7 +530,7 @@ def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str,
     with phase("held-out evaluation"):
         evals = materialize_policies(resources, policies, ops={"policy_eval": {
             "samples": args.eval_samples, "limit": args.eval_limit, "max_steps": 10, "concurrency": 8,
-            "batch_size": 8, "max_new_tokens": args.max_new_tokens, **DEADLINES}})
+            "batch_size": 8, "max_new_tokens": args.max_new_tokens, **DEADLINES}}, workers=args.eval_workers)
         for run in evals:
             m = _checked(run, f"policy_eval {run.day}").get("policy_eval", {})
             print(f"   {run.day:<15} ASR {m.get('asr', 0):.3f}  pass@1 {m.get('pass_at_1', 0):.3f}  "

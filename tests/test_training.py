@@ -196,6 +196,32 @@ def test_a_checkpoint_whose_weights_were_evaluated_takes_that_evaluation(trained
     assert "reused_from" not in evaluate("twin_b", reuse_same_weights=False)
 
 
+def test_policies_evaluated_by_two_worker_processes_match_one_at_a_time(trained):
+    """materialize_policies(workers=2) runs the evaluations in two spawned processes: the same
+    episodes' results as one at a time, each its own Dagster run, in the order asked."""
+    from shopdistill_assets.agent.policies_registry import PolicySpec, register
+    from shopdistill_assets.cli.runner import materialize_policies
+
+    register(PolicySpec(name="oracle", scripted="oracle"), trained.home)
+    names = ["sft", "oracle", "kto"]
+    ops = {"policy_eval": {"limit": 2, "samples": 2, "max_steps": 3, "max_new_tokens": 8, "reuse_same_weights": False,
+                           "catalog": str(trained.root / "catalog")}}
+    alone = materialize_policies(trained.resources, names, ops=ops)
+    paired = materialize_policies(trained.resources, names, ops=ops, workers=2)
+    assert [r.day for r in paired] == names and all(r.success for r in alone + paired), [r.error for r in paired]
+
+    def outcome(r):
+        m = r.metadata["policy_eval"]
+        return m["episodes"], m["asr"], m["pass_at_1"]
+
+    assert [outcome(r) for r in paired] == [outcome(r) for r in alone]
+    assert paired[1].metadata["policy_eval"]["asr"] == 1.0  # the oracle: a real evaluation ran
+    from shopdistill_assets.instance import project_instance
+
+    runs = [r for r in project_instance().get_runs() if r.tags.get("dagster/partition") in names]
+    assert len(runs) == 2 * len(names) and all(r.is_success for r in runs)  # one Dagster run each
+
+
 def test_train_rollouts_run_as_a_job_beside_the_model(trained):
     """train_rollouts launches the rollout job (training/stages/rollouts.py) through the training
     launcher, as a stage is launched: locally the hf backend serves the new sft checkpoint in the

@@ -154,19 +154,66 @@ def materialize_days(resources: dict[str, Any], asset_names: list[str], days: li
     return runs
 
 
+def _portable(resources: dict[str, Any]) -> dict[str, Any]:
+    """Resources as (class, fields) for another process: a ConfigurableResource pickles but does
+    not unpickle (its config schema), and its EnvVar fields must stay unresolved."""
+    from dagster import ConfigurableResource
+
+    return {key: (type(r), {f: getattr(r, f) for f in type(r).model_fields}) if isinstance(r, ConfigurableResource)
+            else r for key, r in resources.items()}
+
+
+def _policy_run(resources: dict[str, Any], name: str, ops: dict[str, Any] | None, raise_on_error: bool,
+                log_level: str | None, tags: dict[str, str]) -> DayRun:
+    resources = {key: r[0](**r[1]) if isinstance(r, tuple) else r for key, r in resources.items()}
+    instance = project_instance()
+    result = materialize(_selected(["policy_eval"]), partition_key=name, instance=instance, resources=resources,
+                         raise_on_error=raise_on_error, run_config=_run_config(log_level, ops), tags=tags)
+    _log_throughput(instance, result)
+    return _collect(result, DayRun(name, result.success))
+
+
+def _worker_threads(threads: int) -> None:
+    """A pool worker's torch threads: the machine's cores shared among the workers, not each
+    worker taking all of them (on 2 cores, 2 one-thread evaluations beat 1 two-thread one)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def materialize_policies(resources: dict[str, Any], policies: list[str], ops: dict[str, Any] | None = None,
-                         raise_on_error: bool = False, log_level: str | None = None, progress=None) -> list[DayRun]:
-    """`policy_eval` for each policy (a dynamic partition, added if new)."""
+                         raise_on_error: bool = False, log_level: str | None = None, progress=None,
+                         workers: int = 1) -> list[DayRun]:
+    """`policy_eval` for each policy (a dynamic partition, added if new), one run each.
+
+    workers > 1 runs that many evaluations at once, each in its own process (spawned: no torch or
+    Dagster state forked) with the cores split between them; a small checkpoint's decoding is
+    mostly Python, so processes, not threads, use a second core. Results keep `policies`' order."""
+    import os
+
     from shopdistill_assets.agent.policies_registry import policy_partitions
 
     instance = project_instance()
     known = set(instance.get_dynamic_partitions(policy_partitions.name))
     instance.add_dynamic_partitions(policy_partitions.name, [p for p in policies if p not in known])
-    runs = []
-    for name in policies:
-        result = materialize(_selected(["policy_eval"]), partition_key=name, instance=instance, resources=resources,
-                             raise_on_error=raise_on_error, run_config=_run_config(log_level, ops), tags=_tags())
-        _log_throughput(instance, result)
-        runs.append(_collect(result, DayRun(name, result.success)))
-        _advance(progress, runs[-1])
-    return runs
+    workers = max(1, min(workers, len(policies)))
+    if workers == 1:
+        runs = []
+        for name in policies:
+            runs.append(_policy_run(resources, name, ops, raise_on_error, log_level, _tags()))
+            _advance(progress, runs[-1])
+        return runs
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    by_name: dict[str, DayRun] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_threads, initargs=(threads,)) as pool:
+        portable = _portable(resources)
+        futures = {pool.submit(_policy_run, portable, name, ops, raise_on_error, log_level or LOG_LEVEL, _tags()): name
+                   for name in policies}
+        for future in as_completed(futures):
+            by_name[futures[future]] = future.result()
+            _advance(progress, by_name[futures[future]])
+    return [by_name[name] for name in policies]
