@@ -649,6 +649,10 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert distill._recommending_phase(recipe) == "recommending in 3 parts" and distill.recommend_parts(no_phases) == []
     quick = distill.parse_args(["--quick", "--recommending-then", "300,ids=1"])
     assert [part["steps"] for part in distill.recommend_parts(quick)] == [4, 4]
+    default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe, part 1 shortened to fit
+    assert [(p["steps"], p["searches"], p["rename_ids"], p["rename_words"], p["lr"]) for p in default] == [
+        (1000, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]
+    assert [p["steps"] for p in distill.recommend_parts(distill.parse_args(["--recommending-then", "none"]))] == [1000]
 
     kept = {"first_token_right_after": 0.9, "whole_id_right_after": 0.3}
     card = {"recommending": {"problems": 40, "steps": 1600, "batch": 4, "kept_back": kept,
