@@ -414,6 +414,16 @@ def test_the_picking_phase_puts_its_loss_on_the_looked_at_ids_and_records_itself
     assert card["learning_rate"] == 5e-4 and card["looks"] == list(SERVED_LOOKS) and card["served"] is True
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "picked").config.hidden_size == 128
 
+    # until: more phases like the last while its pick is below the share, within the extra steps allowed
+    more = learn_picking(base, catalog_dir, tmp_path / "more", curriculum=((1, 1, 2),), measure=3, max_length=2048,
+                         until=(1.01, 2, 5))  # a share never reached: chunks of 2 until 5 extra steps would pass
+    assert [(p["pages"], p["steps"], p.get("extra", False)) for p in more["phases"]] == [
+        (1, 2, False), (1, 2, True), (1, 2, True)]
+    assert json.loads((tmp_path / "more" / CARD).read_text())["picking"]["until"] == [1.01, 2, 5]
+    none = learn_picking(base, catalog_dir, tmp_path / "none", curriculum=((1, 1, 2),), measure=3, max_length=2048,
+                         until=(0.0, 2, 5))  # reached at once: no extra phase
+    assert len(none["phases"]) == 1
+
 
 def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(heldout_arena, tmp_path):
     """learn_recommending: the fair policy's recommend_product calls on the problems it is given,
