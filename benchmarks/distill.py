@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a smoke run: small arena, few steps (minutes)")
     p.add_argument("--reuse-base", action="store_true", help="resume a run that stopped after its base was built: "
                    "keep --out's arena, lake and base (give the flags of the run that built them) and start at the "
-                   "SFT stages (the base phases are ~55 of a run's ~85 minutes); where only the recommend phase's folder is "
+                   "SFT stages (the base phases were 57 of run16's 81 minutes); where only the recommend phase's folder is "
                    "missing, that phase is built first on the one before it (to try other recommend flags on a base)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--days", type=int, default=3)
