@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
                    "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
                    "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
-                   "steps took that pick to 0.51 (~13 min); e.g. 0.5 250 1000: off until a full run has used it")
+                   "steps took that pick to 0.51 (~14 min); e.g. 0.5 250 1000: off until a full run has used it")
     p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -177,6 +177,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
+    if args.picking_until:
+        share, chunk, most = args.picking_until
+        if chunk != int(chunk) or most != int(most) or not 1 <= chunk <= most:
+            p.error("--picking-until SHARE CHUNK MOST: CHUNK and MOST whole steps, 1 <= CHUNK <= MOST")
+        args.picking_until = (share, int(chunk), int(most))
     if args.recommending_then is None:
         args.recommending_then = [recommend_part(t) for t in DEFAULT_THEN] if args.recommending_steps else []
     args.recommending_then = [part for part in args.recommending_then if part is not None]  # `none`
@@ -327,9 +332,8 @@ def picking_base(args: argparse.Namespace, base: Path, home: Path) -> Path:
     from shopdistill_assets.training.arena_base import PICKING_CURRICULUM, SERVED_LOOKS, learn_picking
 
     out = phase_folder(args, home, "-picking")
-    until = (args.picking_until[0], int(args.picking_until[1]), int(args.picking_until[2])) if args.picking_until else None
     picking = learn_picking(base, home / "arena" / "catalog", out, curriculum=args.picking_curriculum or PICKING_CURRICULUM,
-                            until=until,
+                            until=args.picking_until,
                             lr=args.picking_lr, max_length=args.max_length, seed=args.seed,
                             **({"looks": SERVED_LOOKS, "served": True} if args.picking_served else {}),
                             log=lambda line: print(f"   {line}", flush=True))

@@ -659,6 +659,10 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert distill._recommending_phase(recipe) == "recommending in 3 parts" and distill.recommend_parts(no_phases) == []
     quick = distill.parse_args(["--quick", "--recommending-then", "300,ids=1"])
     assert [part["steps"] for part in distill.recommend_parts(quick)] == [4, 4]
+    assert distill.parse_args(["--picking-until", "0.5", "250", "1000"]).picking_until == (0.5, 250, 1000)
+    for wrong in (["0.5", "250.5", "1000"], ["0.5", "2000", "1000"], ["0.5", "0", "10"]):
+        with pytest.raises(SystemExit):
+            distill.parse_args(["--picking-until", *wrong])
     default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe, part 1 shortened to fit
     assert [(p["steps"], p["searches"], p["rename_ids"], p["rename_words"], p["lr"]) for p in default] == [
         (1000, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]

@@ -225,11 +225,14 @@ def learn_picking(base: str | Path, catalog_dir: str | Path, out: str | Path, *,
             if log and step % 100 == 0:
                 log(f"picking, {pages} page(s): step {step}/{steps}, loss {sum(losses[-100:]) / len(losses[-100:]):.3f}")
         tail = losses[-max(1, len(losses) // 10):]
-        phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens, **({"extra": True} if extra else {}),
+        phases.append({"pages": pages, "batch": batch, "steps": steps, "tokens": tokens,
+                       **({"extra": True} if extra else {}),
                        "final_loss": round(sum(tail) / len(tail), 4) if tail else None,
+                       # the same transcripts after every phase of these pages: extra phases compare
                        **written_right(model, encoded(measure, pages, random.Random(f"measure-{seed}-{pages}")))})
     return _save_phase(model, tokenizer, base, out, "picking", {
-        "learning_rate": lr, **({"until": list(until)} if until else {}), "max_results": max_results, "looks": list(looks), "served": served, "phases": phases,
+        "learning_rate": lr, **({"until": list(until)} if until else {}), "max_results": max_results,
+        "looks": list(looks), "served": served, "phases": phases,
         "seconds": round(time.monotonic() - started, 1),
         "note": "picking transcripts of the catalogue (a look at the first result of the last page), "
                 "loss on the looked-at ids; part of the base; no problem read"})
