@@ -514,6 +514,7 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     if args.base_model:
         raise SystemExit("--reuse-base rebuilds nothing: give the base with --base-model on a fresh run instead")
     gated = gated_versions(lake)
+    picked_until(args, home)
     base = base_folder(args, home)
     before = base_folder(args, home, before="-recommending") if args.recommending_steps else base
     if len(gated) != 1 or not (before / "config.json").is_file():
@@ -529,6 +530,23 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     print(f"== reusing the base {base} and train_corpus {gated[0]} of {home}", flush=True)
     os.environ["SHOPDISTILL_BASE_MODEL"] = str(base)
     return gated[0], base
+
+
+def picked_until(args: argparse.Namespace, home: Path) -> None:
+    """`--reuse-base` finds the pick base by its folder, which `--picking-until` does not name: a saved
+    pick base whose card records another `until` (or none where the flag asks for one) stops the run
+    rather than being taken as the flags' base."""
+    from shopdistill_assets.training.arena_base import CARD
+
+    card = phase_folder(args, home, "-picking") / CARD
+    if not args.picking or not card.is_file():
+        return
+    saved = json.loads(card.read_text()).get("picking", {}).get("until")
+    wanted = list(args.picking_until) if args.picking_until else None
+    if saved != wanted:
+        raise SystemExit(f"--reuse-base: the pick base in {card.parent} was built with --picking-until "
+                         f"{' '.join(map(str, saved)) if saved else '(off)'}, not "
+                         f"{' '.join(map(str, wanted)) if wanted else '(off)'}: give the flags that built it")
 
 
 def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, home: Path,
