@@ -197,16 +197,20 @@ def test_a_checkpoint_whose_weights_were_evaluated_takes_that_evaluation(trained
 
 
 def test_policies_evaluated_by_two_worker_processes_match_one_at_a_time(trained):
-    """materialize_policies(workers=2) runs the evaluations in two spawned processes: the same
-    episodes' results as one at a time, each its own Dagster run, in the order asked."""
+    """materialize_policies(workers=2) runs the evaluations in two spawned processes at once: the
+    same episodes' results as one at a time, each its own Dagster run, in the order asked."""
+    import dagster as dg
+
     from shopdistill_assets.agent.policies_registry import PolicySpec, register
     from shopdistill_assets.cli.runner import materialize_policies
+    from shopdistill_assets.instance import project_instance
 
     register(PolicySpec(name="oracle", scripted="oracle"), trained.home)
     names = ["sft", "oracle", "kto"]
     ops = {"policy_eval": {"limit": 2, "samples": 2, "max_steps": 3, "max_new_tokens": 8, "reuse_same_weights": False,
                            "catalog": str(trained.root / "catalog")}}
     alone = materialize_policies(trained.resources, names, ops=ops)
+    before = {r.dagster_run.run_id for r in project_instance().get_run_records()}
     paired = materialize_policies(trained.resources, names, ops=ops, workers=2)
     assert [r.day for r in paired] == names and all(r.success for r in alone + paired), [r.error for r in paired]
 
@@ -216,10 +220,11 @@ def test_policies_evaluated_by_two_worker_processes_match_one_at_a_time(trained)
 
     assert [outcome(r) for r in paired] == [outcome(r) for r in alone]
     assert paired[1].metadata["policy_eval"]["asr"] == 1.0  # the oracle: a real evaluation ran
-    from shopdistill_assets.instance import project_instance
-
-    runs = [r for r in project_instance().get_runs() if r.tags.get("dagster/partition") in names]
-    assert len(runs) == 2 * len(names) and all(r.is_success for r in runs)  # one Dagster run each
+    records = [r for r in project_instance().get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS]))
+               if r.dagster_run.run_id not in before]
+    assert sorted(r.dagster_run.tags.get("dagster/partition") for r in records) == sorted(names)  # one run each
+    spans = sorted((r.start_time, r.end_time) for r in records)
+    assert spans[1][0] < spans[0][1], spans  # the second run started before the first ended: two at once
 
 
 def test_train_rollouts_run_as_a_job_beside_the_model(trained):
