@@ -95,11 +95,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    p.add_argument("--picking-until", type=float, nargs=3, default=None, metavar=("SHARE", "CHUNK", "MOST"),
+    p.add_argument("--picking-until", type=float, nargs=3, default=(0.5, 250, 1000), metavar=("SHARE", "CHUNK", "MOST"),
                    help="after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
                    "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
                    "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
-                   "steps took that pick to 0.51 (~14 min); e.g. 0.5 250 1000: off until a full run has used it")
+                   "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing "
+                   "(default 0.5 250 1000; --quick: off)")
+    p.add_argument("--no-picking-until", dest="picking_until", action="store_const", const=None,
+                   help="the pick curriculum only, however far it got")
     p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -145,10 +148,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=4096, help="identity tokens: rows average ~2,300 tokens")
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step (sft stages; 1: no padding, "
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
-    p.add_argument("--sft-steps", type=int, default=1200, help="1.25 CPU s a step with --whole-pieces in a pilot "
-                   "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps, copying was still improving; "
-                   "on run14's base 2,400 steps fit the first search word and gave 19.6 %% held-out ASR (1,200: 2.5 %%; "
-                   "the unfiltered SFT at that budget 5.4 %%): the next full run's candidate")
+    p.add_argument("--sft-steps", type=int, default=2400, help="1.25 CPU s a step with --whole-pieces in a pilot "
+                   "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps; 2,400 against 1,200 "
+                   "steps fit the first search word further on both bases measured: held-out ASR 19.6 %% against "
+                   "2.5 %% on run14's, 1.2 %% against 0.0 %% on run17's (~7 min more for the two SFTs)")
     p.add_argument("--sft-lr", type=float, default=None, help="default 5e-4 for the random small model (the "
                    "rate at which the pick forms, pick_probe.py; run4 on), 1e-5 for a --base-model (a pretrained "
                    "model would forget at higher rates)")
@@ -194,6 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
+        args.picking_until = None  # a smoke run's pick never reaches the share: 1,000 more steps
         args.recommending_steps = min(args.recommending_steps, 4)
         args.recommending_then = [{**part, "steps": min(part["steps"], 4)} for part in args.recommending_then]
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None

@@ -663,6 +663,9 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     for wrong in (["0.5", "250.5", "1000"], ["0.5", "2000", "1000"], ["0.5", "0", "10"]):
         with pytest.raises(SystemExit):
             distill.parse_args(["--picking-until", *wrong])
+    assert distill.parse_args([]).picking_until == (0.5, 250, 1000)  # the default: a pick that did not form goes on
+    assert distill.parse_args(["--no-picking-until"]).picking_until is None
+    assert distill.parse_args(["--quick"]).picking_until is None and distill.parse_args([]).sft_steps == 2400
     until = distill.parse_args(["--picking-until", "0.5", "250", "1000", "--out", str(tmp_path)])
     distill.picked_until(until, tmp_path)  # no saved pick base: nothing to check
     saved = distill.phase_folder(until, tmp_path, "-picking")
@@ -670,11 +673,11 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     (saved / CARD).write_text(json.dumps({"picking": {"phases": []}}))  # built without --picking-until
     with pytest.raises(SystemExit, match="built with --picking-until [(]off[)], not 0.5 250 1000"):
         distill.picked_until(until, tmp_path)
-    distill.picked_until(distill.parse_args(["--out", str(tmp_path)]), tmp_path)
+    distill.picked_until(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
     (saved / CARD).write_text(json.dumps({"picking": {"until": [0.5, 250, 1000]}}))
     distill.picked_until(until, tmp_path)
     with pytest.raises(SystemExit, match="built with --picking-until 0.5 250 1000, not [(]off[)]"):
-        distill.picked_until(distill.parse_args(["--out", str(tmp_path)]), tmp_path)
+        distill.picked_until(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
     default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe, part 1 shortened to fit
     assert [(p["steps"], p["searches"], p["rename_ids"], p["rename_words"], p["lr"]) for p in default] == [
         (1000, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]
