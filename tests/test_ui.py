@@ -60,30 +60,6 @@ def stop_session(proc: subprocess.Popen, whole_group: bool = False, grace_s: flo
         time.sleep(0.5)
 
 
-IN_FLIGHT_QUERY = """{ runsOrError(filter: {statuses: [QUEUED, NOT_STARTED, STARTING, STARTED, CANCELING]}) {
-  ... on Runs { results { runId } } } }"""
-
-
-def settle_runs(url: str, timeout_s: float = 180) -> None:
-    """Wait until the instance has no run in flight (the automation sensor launches one as the
-    session starts). A code server starts each run in a spawned process with a queue and an event
-    (8 `/dev/shm` semaphores); a run still going when the session is stopped outlives the grace and
-    is killed with its resource tracker, leaving them behind."""
-    import json
-
-    deadline = time.monotonic() + timeout_s
-    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": IN_FLIGHT_QUERY}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
-                if not json.loads(reply.read())["data"]["runsOrError"]["results"]:
-                    return
-        except OSError:  # the server is gone: nothing to wait for
-            return
-        time.sleep(1)
-
-
 def funnel_materialization(home: Path):
     os.environ["DAGSTER_HOME"] = str(home / "dagster")  # the instance's yaml names it; restored after the test
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
@@ -173,7 +149,6 @@ def dagster_dev(processed, tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster-dev.log").read_text()[-3000:]
                 time.sleep(1)
         yield url
-        settle_runs(url)
     finally:
         stop_session(proc)
         log.close()
@@ -251,7 +226,6 @@ def root_dagster_dev(tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster-dev.log").read_text()[-3000:]
                 time.sleep(1)
         yield url
-        settle_runs(url)
     finally:
         stop_session(proc)
         log.close()
@@ -337,6 +311,5 @@ def test_a_second_make_dev_fails_clearly_instead_of_a_second_daemon(tmp_path):
         assert moved.returncode != 0, moved.stdout[-2000:]
         assert "another make dev already runs on" in moved.stderr, moved.stderr
     finally:
-        settle_runs(f"http://127.0.0.1:{port}")
         stop_session(first, whole_group=True)
         log.close()
