@@ -16,9 +16,12 @@ from dagster import AssetSelection, AutomationCondition
 
 # Missing, or an input changed, since this target was last requested or updated. Unlike
 # `since_last_handled`, the first evaluation does not reset it: days that the CLI processed
-# before the daemon ever ran are caught up too.
+# before the daemon ever ran are caught up too. A missing target whose last run failed (a home
+# without the held-out suites, say) waits for an input to change: `missing` alone would request it
+# again on every tick, a failed run a minute for as long as the daemon runs.
 _HANDLED = AutomationCondition.newly_requested() | AutomationCondition.newly_updated()
-_UPDATED = (AutomationCondition.missing() | AutomationCondition.any_deps_updated()).since(_HANDLED)
+_MISSING = AutomationCondition.missing() & ~AutomationCondition.execution_failed()
+_UPDATED = (_MISSING | AutomationCondition.any_deps_updated()).since(_HANDLED)
 _QUIET = ~AutomationCondition.any_deps_in_progress() & ~AutomationCondition.in_progress()
 
 

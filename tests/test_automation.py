@@ -223,6 +223,33 @@ def test_the_split_and_snapshots_follow_the_corpus(arena, tmp_path, monkeypatch)
     assert requested(fifth, "leak_clusters") == {DAYS[1]}
 
 
+def test_a_missing_snapshot_whose_run_failed_waits_for_new_input(arena, tmp_path, monkeypatch):
+    """heldout_eval_set with no suites to read: its run fails; the next ticks do not request it
+    again (each would be another failed run, one a minute), until an input updates."""
+    from shopdistill_assets.definitions import ASSET_CHECKS, ASSETS, build_definitions
+
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SHOPDISTILL_SUITES", str(tmp_path / "no-suites"))
+    defs = build_definitions(firehose_root=str(arena / "firehose"), lake_root=str(tmp_path / "lake"))
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run(keys: list[str], day: str | None) -> bool:
+        return dg.materialize([*ASSETS, *ASSET_CHECKS], partition_key=day, resources=defs.resources, instance=instance,
+                              selection=keys, raise_on_error=False).success
+
+    day = DAYS[0]
+    assert run([*DAILY[:6], "leak_clusters", "split_traces"], day)
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    assert requested(first, "heldout_eval_set") == {None}
+    assert not run(["heldout_eval_set"], None)  # no held-out set at no-suites
+    second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    third = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=second.cursor)
+    assert requested(second, "heldout_eval_set") == set() == requested(third, "heldout_eval_set")
+    assert run(["leak_clusters", "split_traces"], day)  # new input: tried again
+    fourth = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=third.cursor)
+    assert requested(fourth, "heldout_eval_set") == {None}
+
+
 def test_a_five_day_backfill_through_the_instance_gives_the_in_order_split(arena, in_order, tmp_path, monkeypatch):
     """A Dagster asset backfill of the daily chain over 5 days, driven by the backfill daemon's own
     iteration, runs launched in subprocesses by the instance's run launcher; leak_clusters of
