@@ -548,9 +548,11 @@ def picked_until(args: argparse.Namespace, home: Path) -> None:
     saved = json.loads(card.read_text()).get("picking", {}).get("until")
     wanted = list(args.picking_until) if args.picking_until else None
     if saved != wanted:
+        def flag(until: list | None) -> str:
+            return " ".join(map(str, until)) if until else "(off)"
+
         raise SystemExit(f"--reuse-base: the pick base in {card.parent} was built with --picking-until "
-                         f"{' '.join(map(str, saved)) if saved else '(off)'}, not "
-                         f"{' '.join(map(str, wanted)) if wanted else '(off)'}: give the flags that built it")
+                         f"{flag(saved)}, not {flag(wanted)}: give the flags that built it")
 
 
 def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, home: Path,
