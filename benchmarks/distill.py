@@ -31,12 +31,13 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import sys
 import time
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -46,6 +47,7 @@ CHAIN = ["sft", "resft", "teacher_sft", "kto", "dr_grpo"]
 # 10 turns can outlast ORO's 300 s, which would score the machine's load, not the policy.
 # The recommend phase's parts after the first (run13's recipe): the search step with renamed ids
 # and words, then recommend-only steps at a lower rate.
+RECOMMENDING_UNTIL = (0.35, 300, 1000)
 DEFAULT_THEN = ("400,searches,ids=1,words=1", "300,ids=1,lr=3e-4")
 DEADLINES = {"request_timeout_s": 900.0, "episode_time_limit_s": 3600.0}
 TIMES: list[tuple[str, float, float]] = []
@@ -103,6 +105,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default 0.5 250 1000; --quick: off)")
     p.add_argument("--no-picking-until", dest="picking_until", action="store_const", const=None,
                    help="the pick curriculum only, however far it got")
+    p.add_argument("--recommending-until", type=float, nargs=3, default=RECOMMENDING_UNTIL,
+                   metavar=("SHARE", "CHUNK", "MOST"),
+                   help="while part 1 of the recommend phase leaves the kept-back whole id below SHARE, part 1 again "
+                   "for CHUNK steps on the model it left (fresh draws, its own warmup), at most MOST extra steps with "
+                   "the pick's extra steps (--picking-until) counted in, so the two gates together add at most ~15 "
+                   "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
+                   "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22 (default 0.35 300 1000; --quick: off)")
+    p.add_argument("--no-recommending-until", dest="recommending_until", action="store_const", const=None,
+                   help="part 1 of the recommend phase for its steps only")
     p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -180,11 +191,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
-    if args.picking_until:
-        share, chunk, most = args.picking_until
-        if chunk != int(chunk) or most != int(most) or not 1 <= chunk <= most:
-            p.error("--picking-until SHARE CHUNK MOST: CHUNK and MOST whole steps, 1 <= CHUNK <= MOST")
-        args.picking_until = (share, int(chunk), int(most))
+    for flag in ("picking_until", "recommending_until"):
+        if getattr(args, flag):
+            share, chunk, most = getattr(args, flag)
+            if chunk != int(chunk) or most != int(most) or not 1 <= chunk <= most:
+                p.error(f"--{flag.replace('_', '-')} SHARE CHUNK MOST: CHUNK and MOST whole steps, 1 <= CHUNK <= MOST")
+            setattr(args, flag, (share, int(chunk), int(most)))
     if args.recommending_then is None:
         args.recommending_then = [recommend_part(t) for t in DEFAULT_THEN] if args.recommending_steps else []
     args.recommending_then = [part for part in args.recommending_then if part is not None]  # `none`
@@ -198,6 +210,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
         args.picking_until = None  # a smoke run's pick never reaches the share: 1,000 more steps
+        if args.recommending_until == RECOMMENDING_UNTIL:  # the default: off (given, the gate's smoke test)
+            args.recommending_until = None
         args.recommending_steps = min(args.recommending_steps, 4)
         args.recommending_then = [{**part, "steps": min(part["steps"], 4)} for part in args.recommending_then]
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
@@ -372,29 +386,68 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     parts' records (`recommending_earlier`)."""
     from shopdistill_assets.evaluation.step_match import teacher_conversations
     from shopdistill_assets.sandbox import load_catalog
+    from shopdistill_assets.training.arena_base import CARD
 
     day, problems = train_side_problems(lake, home)
     calls = teacher_conversations(problems, load_catalog(home / "arena" / "catalog"),
                                   ("recommend_product", "find_product"))
     conversations = [(pid, c) for pid, name, c in calls if name == "recommend_product"]
     searches = [(pid, c) for pid, name, c in calls if name == "find_product"]
-    parts = recommend_parts(args)
+    parts, extra = recommend_parts(args), 0
+    sources = {"leak_clusters_day": day, "train_side_problems": len(problems)}
     for number, part in enumerate(parts, 1):
-        out = phase_folder(args, home, "-recommending" if number == len(parts) else f"-recommending-part{number}")
-        recommending_part(args, base, out, part, conversations, searches,
-                          {"leak_clusters_day": day, "train_side_problems": len(problems)},
-                          f" (part {number} of {len(parts)})" if len(parts) > 1 else "")
+        label = f" (part {number} of {len(parts)})" if len(parts) > 1 else ""
+        out = phase_folder(args, home, f"-recommending-part{number}")
+        card = recommending_part(args, base, out, part, conversations, searches, sources, label, args.seed)
         base = out
-    return base
+        if number == 1 and args.recommending_until:
+            base, extra = recommended_until(args, home, base, card,
+                                     lambda on, out, steps, seed, note: recommending_part(
+                                         args, on, out, {**part, "steps": steps}, conversations, searches, sources,
+                                         f"{label[:-1]}, {note})" if label else f" ({note})", seed))
+    final = phase_folder(args, home, "-recommending")
+    if final.exists():  # a resumed run's earlier recommend phase: replaced
+        shutil.rmtree(final)
+    base.rename(final)
+    card = json.loads((final / CARD).read_text())  # the gate, also where it added nothing: --reuse-base checks it
+    card["recommending_until"] = {"until": list(args.recommending_until) if args.recommending_until else None,
+                                  "extra_steps": extra}
+    (final / CARD).write_text(json.dumps(card, indent=2) + "\n")
+    return final
+
+
+def recommended_until(args: argparse.Namespace, home: Path, base: Path, card: dict[str, Any],
+                      again: Callable[[Path, Path, int, int, str], dict[str, Any]]) -> tuple[Path, int]:
+    """--recommending-until: part 1 again, CHUNK steps at a time on the model it left (each its own
+    folder, seed and warmup), while the kept-back whole id is below SHARE and the extra steps, with the
+    pick's extra steps (its card) counted in, stay within MOST. Each further chunk's card records the
+    gate (`until`); returns the folder of the last chunk and the extra steps."""
+    from shopdistill_assets.training.arena_base import CARD
+
+    share, chunk, most = args.recommending_until
+    picked = phase_folder(args, home, "-picking") / CARD
+    spent = sum(p["steps"] for p in json.loads(picked.read_text())["picking"]["phases"] if p.get("extra")) \
+        if args.picking and picked.is_file() else 0
+    extra = 0
+    while card["kept_back"]["whole_id_right_after"] < share and spent + extra + chunk <= most:
+        extra += chunk
+        out = phase_folder(args, home, f"-recommending-part1-more{extra}")
+        card = again(base, out, chunk, args.seed + extra, f"{extra} more steps: whole id under {share}")
+        record = json.loads((out / CARD).read_text())
+        record["recommending"]["until"] = {"share": share, "chunk": chunk, "most": most, "pick_extra_steps": spent,
+                                           "extra_steps": extra}
+        (out / CARD).write_text(json.dumps(record, indent=2) + "\n")
+        base = out
+    return base, extra
 
 
 def recommending_part(args: argparse.Namespace, base: Path, out: Path, part: dict[str, Any], conversations: list,
-                      searches: list, sources: dict[str, Any], label: str) -> None:
-    """One part of the recommend phase, and its log lines."""
+                      searches: list, sources: dict[str, Any], label: str, seed: int) -> dict[str, Any]:
+    """One part of the recommend phase, and its log lines; its card record."""
     from shopdistill_assets.training.arena_base import learn_recommending
 
     card = learn_recommending(base, conversations, out, steps=part["steps"], batch=args.recommending_batch,
-                              lr=part["lr"], max_length=args.max_length, seed=args.seed,
+                              lr=part["lr"], max_length=args.max_length, seed=seed,
                               searches=searches if part["searches"] else None, rename_ids=part["rename_ids"],
                               rename_words=part["rename_words"], sources=sources,
                               measure_steps=args.recommending_measure_steps,
@@ -413,6 +466,7 @@ def recommending_part(args: argparse.Namespace, base: Path, out: Path, part: dic
               f"({kept['values']} values) first token right {kept['first_token_right_before']} -> "
               f"{kept['first_token_right_after']}, whole value {kept['whole_value_right_before']} -> "
               f"{kept['whole_value_right_after']}" + renamed_note(search.get("renamed_words"), "words"), flush=True)
+    return card
 
 
 def train(resources: dict, names: list[str], ops: dict[str, Any]) -> dict[str, Any]:
@@ -447,8 +501,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     home = Path(args.out).resolve()
     if home.exists() and not args.reuse_base:
-        import shutil
-
         shutil.rmtree(home)
     os.environ.update(SHOPDISTILL_HOME=str(home), TOKENIZERS_PARALLELISM="false")
     for name in ("SHOPDISTILL_BASE_MODEL", "SHOPDISTILL_CHECKPOINTS", "SHOPDISTILL_LAKE", "SHOPDISTILL_FIREHOSE"):
@@ -518,7 +570,7 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     if args.base_model:
         raise SystemExit("--reuse-base rebuilds nothing: give the base with --base-model on a fresh run instead")
     gated = gated_versions(lake)
-    picked_until(args, home)
+    gates_as_flags(args, home)
     base = base_folder(args, home)
     before = base_folder(args, home, before="-recommending") if args.recommending_steps else base
     if len(gated) != 1 or not (before / "config.json").is_file():
@@ -536,23 +588,27 @@ def reused_base(args: argparse.Namespace, home: Path, lake: Any) -> tuple[str, P
     return gated[0], base
 
 
-def picked_until(args: argparse.Namespace, home: Path) -> None:
-    """`--reuse-base` finds the pick base by its folder, which `--picking-until` does not name: a saved
-    pick base whose card records another `until` (or none where the flag asks for one) stops the run
-    rather than being taken as the flags' base."""
+def gates_as_flags(args: argparse.Namespace, home: Path) -> None:
+    """`--reuse-base` finds a base phase by its folder, which `--picking-until` and
+    `--recommending-until` do not name: a saved pick or recommend base whose card records another gate
+    (or none where the flag asks for one) stops the run rather than being taken as the flags' base."""
     from shopdistill_assets.training.arena_base import CARD
 
-    card = phase_folder(args, home, "-picking") / CARD
-    if not args.picking or not card.is_file():
-        return
-    saved = json.loads(card.read_text()).get("picking", {}).get("until")
-    wanted = list(args.picking_until) if args.picking_until else None
-    if saved != wanted:
-        def flag(until: list | None) -> str:
-            return " ".join(map(str, until)) if until else "(off)"
+    def flag(until: list | None) -> str:
+        return " ".join(map(str, until)) if until else "(off)"
 
-        raise SystemExit(f"--reuse-base: the pick base in {card.parent} was built with --picking-until "
-                         f"{flag(saved)}, not {flag(wanted)}: give the flags that built it")
+    for on, suffix, name, saved_at, wanted in (
+            (args.picking, "-picking", "--picking-until", lambda card: card.get("picking", {}).get("until"),
+             args.picking_until),
+            (bool(args.recommending_steps), "-recommending", "--recommending-until",
+             lambda card: card.get("recommending_until", {}).get("until"), args.recommending_until)):
+        card = phase_folder(args, home, suffix) / CARD
+        if not on or not card.is_file():
+            continue
+        saved, wanted = saved_at(json.loads(card.read_text())), list(wanted) if wanted else None
+        if saved != wanted:
+            raise SystemExit(f"--reuse-base: the base in {card.parent} was built with {name} {flag(saved)}, not "
+                             f"{flag(wanted)}: give the flags that built it")
 
 
 def after_base(args: argparse.Namespace, resources: dict, lake: Any, gated: str, base: Path | str, home: Path,
@@ -742,7 +798,8 @@ def _part_note(record: dict[str, Any]) -> str:
                (("ids", record.get("renamed_ids")), ("words", search.get("renamed_words"))) if renaming]
     return (f"{record['steps']} steps x {record['batch']} at {record['learning_rate']}"
             + (f" with {search['steps_learned_from']} search rows" if search else "")
-            + (f", {' and '.join(renamed)} of the rows renamed" if renamed else ""))
+            + (f", {' and '.join(renamed)} of the rows renamed" if renamed else "")
+            + (f" (part 1 again: whole id under {record['until']['share']})" if "until" in record else ""))
 
 
 def _whole(share: float | None) -> str:

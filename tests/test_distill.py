@@ -508,6 +508,33 @@ def test_the_recommend_phase_learns_the_served_last_step_of_given_problems_only(
         "searching"]["renamed_words"]["share"] == 1.0 and later["kept_back"]["whole_id_right_before"] == renamed[
         "kept_back"]["whole_id_right_after"]  # the same kept-back rows, measured on the model the first part left
 
+    # --recommending-until: part 1 again, a chunk at a time on the model the last chunk left, while the
+    # kept-back whole id is under the share and the extra steps, the pick's counted in, stay within MOST
+    distill = _benchmark("distill")
+    gate = distill.parse_args(["--recommending-until", "1.01", "1", "3", "--out", str(tmp_path)])
+    picked = distill.phase_folder(gate, tmp_path, "-picking")
+    picked.mkdir(parents=True)
+    (picked / CARD).write_text(json.dumps({"picking": {"phases": [{"steps": 9}, {"steps": 1, "extra": True}]}}))
+    chunks = []
+
+    def again(on, out, steps, seed, note):
+        chunks.append((on.name, out.name, steps, seed, note))
+        return learn_recommending(on, conversations, out, steps=steps, batch=2, max_length=8192, seed=seed)
+
+    last, extra = distill.recommended_until(gate, tmp_path, tmp_path / "later", later, again)
+    prefix = distill.phase_folder(gate, tmp_path, "").name
+    assert extra == 2 and chunks == [  # 1 extra pick step + 2 = MOST: no third chunk; each its own seed
+        ("later", f"{prefix}-recommending-part1-more1", 1, gate.seed + 1, "1 more steps: whole id under 1.01"),
+        (f"{prefix}-recommending-part1-more1", f"{prefix}-recommending-part1-more2", 1, gate.seed + 2,
+         "2 more steps: whole id under 1.01")] and last.name == chunks[-1][1]
+    gated = json.loads((last / CARD).read_text())
+    assert gated["recommending"]["until"] == {"share": 1.01, "chunk": 1, "most": 3, "pick_extra_steps": 1,
+                                              "extra_steps": 2}
+    assert [r["steps"] for r in gated["recommending_earlier"]] == [2, 1, 1] and "part 1 again: whole id under 1.01" in (
+        distill._part_note(gated["recommending_earlier"][-1]))
+    reached = distill.parse_args(["--recommending-until", "0.0", "1", "3", "--out", str(tmp_path)])
+    assert distill.recommended_until(reached, tmp_path, tmp_path / "later", later, again) == (tmp_path / "later", 0)
+
 
 def test_renamed_ids_rename_each_shown_id_everywhere_and_nothing_else():
     """The recommend phase's renaming: every id a page shows becomes a distinct id of the pool in the
@@ -667,17 +694,30 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert distill.parse_args(["--no-picking-until"]).picking_until is None
     assert distill.parse_args(["--quick"]).picking_until is None and distill.parse_args([]).sft_steps == 2400
     until = distill.parse_args(["--picking-until", "0.5", "250", "1000", "--out", str(tmp_path)])
-    distill.picked_until(until, tmp_path)  # no saved pick base: nothing to check
+    distill.gates_as_flags(until, tmp_path)  # no saved pick base: nothing to check
     saved = distill.phase_folder(until, tmp_path, "-picking")
     saved.mkdir(parents=True)
     (saved / CARD).write_text(json.dumps({"picking": {"phases": []}}))  # built without --picking-until
     with pytest.raises(SystemExit, match="built with --picking-until [(]off[)], not 0.5 250 1000"):
-        distill.picked_until(until, tmp_path)
-    distill.picked_until(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
+        distill.gates_as_flags(until, tmp_path)
+    distill.gates_as_flags(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
     (saved / CARD).write_text(json.dumps({"picking": {"until": [0.5, 250, 1000]}}))
-    distill.picked_until(until, tmp_path)
+    distill.gates_as_flags(until, tmp_path)
     with pytest.raises(SystemExit, match="built with --picking-until 0.5 250 1000, not [(]off[)]"):
-        distill.picked_until(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
+        distill.gates_as_flags(distill.parse_args(["--no-picking-until", "--out", str(tmp_path)]), tmp_path)
+    assert distill.parse_args([]).recommending_until == (0.35, 300, 1000)  # part 1 goes on while the id is not copied
+    assert distill.parse_args(["--quick"]).recommending_until is None and distill.parse_args(
+        ["--quick", "--recommending-until", "1.01", "2", "4"]).recommending_until == (1.01, 2, 4)  # given: kept
+    with pytest.raises(SystemExit):
+        distill.parse_args(["--recommending-until", "0.3", "400", "300"])
+    recommended = distill.phase_folder(until, tmp_path, "-recommending")
+    recommended.mkdir(parents=True)
+    (recommended / CARD).write_text(json.dumps({"recommending": {}}))  # built before the gate
+    with pytest.raises(SystemExit, match="built with --recommending-until [(]off[)], not 0.35 300 1000"):
+        distill.gates_as_flags(until, tmp_path)
+    distill.gates_as_flags(distill.parse_args(["--no-recommending-until", "--out", str(tmp_path)]), tmp_path)
+    (recommended / CARD).write_text(json.dumps({"recommending_until": {"until": [0.35, 300, 1000], "extra_steps": 0}}))
+    distill.gates_as_flags(until, tmp_path)
     default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe, part 1 shortened to fit
     assert [(p["steps"], p["searches"], p["rename_ids"], p["rename_words"], p["lr"]) for p in default] == [
         (1000, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]
