@@ -80,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--identity-tokens", action=argparse.BooleanOptionalAction, default=True,
                    help="spaces and punctuation split off every word and number (tiny_model.IDENTITY_SPLIT): a word, "
                    "a number or an id is the same tokens wherever it stands, so a copy is a lookup, not a mapping")
+    p.add_argument("--digit-pairs", action=argparse.BooleanOptionalAction, default=False,
+                   help="with --identity-tokens: numbers split with no lone digit (tiny_model.IDENTITY_SPLIT_NO_LONE_DIGIT), "
+                   "an id 3+3+2+2 digits instead of 3+3+3+1; the lone last digit is the piece copied last (run18's "
+                   "recommend phase: 0.38 where the other pieces are 0.75-0.80); a new base, unmeasured in a full run")
     p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=True,
                    help="the JSON before an id one token each (tiny_model.ID_KEY_PIECES), so the first result's id "
                    "follows a token of its own: learn_picking's first token after 4 pages 0.515 with them (run4), "
@@ -189,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "new tokens, so 30 problems (~150 steps) cost <= 2.5 min a policy")
     p.add_argument("--max-new-tokens", type=int, default=160, help="per model turn in rollouts and evaluation")
     args = p.parse_args(argv)
+    if args.digit_pairs and not args.identity_tokens:
+        p.error("--digit-pairs is a rule of the identity split: it needs --identity-tokens")
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
     for flag in ("picking_until", "recommending_until"):
@@ -310,7 +316,7 @@ def build_base_model(args: argparse.Namespace, lake: Any, corpus_version: str, h
         pieces += sorted({str(p["product_id"]) for p in products} | {str(p["shop_id"]) for p in products if p.get("shop_id")})
     path = build_small_model(phase_folder(args, home, "-random"), texts, size=args.size, vocab_size=args.vocab,
                              seed=args.seed, whole_pieces=pieces, identity=args.identity_tokens,
-                             key_pieces=ID_KEY_PIECES if args.key_pieces else (),
+                             key_pieces=ID_KEY_PIECES if args.key_pieces else (), no_lone_digit=args.digit_pairs,
                              max_positions=max(4096, args.max_length))
     if args.pretrain_steps:
         path = pretrain_base(args, path, rows, corpus_version, home)

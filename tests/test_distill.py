@@ -99,6 +99,30 @@ def test_arena_tokenizer_folds_json_spacing_and_groups_digits(small_model):
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
 
 
+def test_no_lone_digit_splits_an_id_three_three_two_two_and_round_trips():
+    """IDENTITY_SPLIT_NO_LONE_DIGIT: no number of two digits or more ends in a lone digit token; the
+    pieces are vocabulary tokens, the text decodes back, and the flag needs the identity split."""
+    from shopdistill_assets.training.tiny_model import build_arena_tokenizer
+
+    texts = ['{"product_id":"5035687794","price":1299.5,"shop_id":"3015838"} a 7 day bag'] * 20
+    tokenizer = build_arena_tokenizer(texts, 1200, identity=True, no_lone_digit=True)
+    pieces = lambda text: [tokenizer.decode([i]) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    assert [p for p in pieces("id 5035687794") if p.strip()][-4:] == ["503", "568", "77", "94"]
+    groups = {"12": ["12"], "123": ["123"], "1234": ["12", "34"], "12345": ["12", "345"], "3015838": ["301", "58", "38"],
+              "7": ["7"]}
+    for number, expected in groups.items():
+        assert [p for p in pieces(f"x {number} y") if p.isdigit()] == expected, number
+    text = texts[0] + " 1234567"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    plain = build_arena_tokenizer(texts, 1200, identity=True)
+    assert [p for p in [plain.decode([i]) for i in plain("5035687794", add_special_tokens=False)["input_ids"]]] == [
+        "503", "568", "779", "4"]  # the default split, unchanged
+    with pytest.raises(ValueError, match="needs identity"):
+        build_arena_tokenizer(texts, 1200, no_lone_digit=True)
+    with pytest.raises(SystemExit):
+        _benchmark("distill").parse_args(["--digit-pairs", "--no-identity-tokens"])
+
+
 def test_whole_pieces_are_one_token_each_and_round_trip():
     from shopdistill_assets.agent.rollout import SYSTEM_PROMPT
     from shopdistill_assets.sandbox.tool_specs import tool_schemas

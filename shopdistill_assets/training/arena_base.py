@@ -283,7 +283,8 @@ def call_value_positions(tokenizer: Any, text: str, max_length: int) -> tuple[li
     return ids, groups
 
 
-# a catalogue id is 10 digits: four tokens, 3+3+3+1 digits (tiny_model.IDENTITY_SPLIT)
+# a catalogue id is 10 digits: four tokens, 3+3+3+1 digits (tiny_model.IDENTITY_SPLIT; 3+3+2+2 with
+# IDENTITY_SPLIT_NO_LONE_DIGIT)
 ID_PIECES = 4
 
 
