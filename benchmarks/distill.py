@@ -101,23 +101,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    p.add_argument("--picking-until", type=float, nargs=3, default=(0.5, 250, 1000), metavar=("SHARE", "CHUNK", "MOST"),
-                   help="after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
-                   "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
-                   "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
-                   "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing "
-                   "(default 0.5 250 1000; --quick: off)")
-    p.add_argument("--no-picking-until", dest="picking_until", action="store_const", const=None,
-                   help="the pick curriculum only, however far it got")
-    p.add_argument("--recommending-until", type=float, nargs=3, default=RECOMMENDING_UNTIL,
-                   metavar=("SHARE", "CHUNK", "MOST"),
-                   help="while part 1 of the recommend phase leaves the kept-back whole id below SHARE, part 1 again "
-                   "for CHUNK steps on the model it left (fresh draws, its own warmup), at most MOST extra steps with "
-                   "the pick's extra steps (--picking-until) counted in, so the two gates together add at most ~15 "
-                   "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
-                   "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22 (default 0.35 300 1000; --quick: off)")
-    p.add_argument("--no-recommending-until", dest="recommending_until", action="store_const", const=None,
-                   help="part 1 of the recommend phase for its steps only")
+    gate(p, "--picking-until", (0.5, 250, 1000),
+         "after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
+         "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
+         "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
+         "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing "
+         "(default 0.5 250 1000; --quick: off)", "the pick curriculum only, however far it got")
+    gate(p, "--recommending-until", RECOMMENDING_UNTIL,
+         "while part 1 of the recommend phase leaves the kept-back whole id below SHARE, part 1 again "
+         "for CHUNK steps on the model it left (fresh draws, its own warmup), at most MOST extra steps with "
+         "the pick's extra steps (--picking-until) counted in, so the two gates together add at most ~15 "
+         "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
+         "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22; run18 (run17's draw): 300 more steps, "
+         "0.22 -> 0.19 (default 0.35 300 1000; --quick: off)", "part 1 of the recommend phase for its steps only")
     p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -222,6 +218,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.recommending_then = [{**part, "steps": min(part["steps"], 4)} for part in args.recommending_then]
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
     return args
+
+
+def gate(p: argparse.ArgumentParser, flag: str, default: tuple[float, int, int], help: str, off: str) -> None:
+    """A phase's `SHARE CHUNK MOST` gate flag and its `--no-` form."""
+    p.add_argument(flag, type=float, nargs=3, default=default, metavar=("SHARE", "CHUNK", "MOST"), help=help)
+    p.add_argument("--no-" + flag[2:], dest=flag[2:].replace("-", "_"), action="store_const", const=None, help=off)
 
 
 def recommend_part(text: str) -> dict[str, Any] | None:
