@@ -83,7 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--digit-pairs", action=argparse.BooleanOptionalAction, default=False,
                    help="with --identity-tokens: numbers split with no lone digit (tiny_model.IDENTITY_SPLIT_NO_LONE_DIGIT), "
                    "an id 3+3+2+2 digits instead of 3+3+3+1; the lone last digit is the piece copied last (run18's "
-                   "recommend phase: 0.38 where the other pieces are 0.75-0.80); a new base, unmeasured in a full run")
+                   "recommend phase: 0.38 where the other pieces are 0.75-0.80); a new base; run19: its pick did not form "
+                   "(0.205), but where the first piece was right the whole id was too (0.95 of the time, 0.71 in 3+3+3+1)")
     p.add_argument("--key-pieces", action=argparse.BooleanOptionalAction, default=True,
                    help="the JSON before an id one token each (tiny_model.ID_KEY_PIECES), so the first result's id "
                    "follows a token of its own: learn_picking's first token after 4 pages 0.515 with them (run4), "
