@@ -395,7 +395,6 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     parts' records (`recommending_earlier`)."""
     from shopdistill_assets.evaluation.step_match import teacher_conversations
     from shopdistill_assets.sandbox import load_catalog
-    from shopdistill_assets.training.arena_base import CARD
 
     day, problems = train_side_problems(lake, home)
     calls = teacher_conversations(problems, load_catalog(home / "arena" / "catalog"),
@@ -418,11 +417,18 @@ def recommending_base(args: argparse.Namespace, base: Path, lake: Any, home: Pat
     if final.exists():  # a resumed run's earlier recommend phase: replaced
         shutil.rmtree(final)
     base.rename(final)
-    card = json.loads((final / CARD).read_text())  # the gate, also where it added nothing: --reuse-base checks it
-    card["recommending_until"] = {"until": list(args.recommending_until) if args.recommending_until else None,
-                                  "extra_steps": extra}
-    (final / CARD).write_text(json.dumps(card, indent=2) + "\n")
+    recorded(final, {"recommending_until": {  # the gate, also where it added nothing: --reuse-base checks it
+        "until": list(args.recommending_until) if args.recommending_until else None, "extra_steps": extra}})
     return final
+
+
+def recorded(folder: Path, record: dict[str, Any], under: str | None = None) -> None:
+    """Add `record` to the base card in `folder` (under the key `under`, or at its top)."""
+    from shopdistill_assets.training.arena_base import CARD
+
+    card = json.loads((folder / CARD).read_text())
+    (card[under] if under else card).update(record)
+    (folder / CARD).write_text(json.dumps(card, indent=2) + "\n")
 
 
 def recommended_until(args: argparse.Namespace, home: Path, base: Path, card: dict[str, Any],
@@ -442,10 +448,8 @@ def recommended_until(args: argparse.Namespace, home: Path, base: Path, card: di
         extra += chunk
         out = phase_folder(args, home, f"-recommending-part1-more{extra}")
         card = again(base, out, chunk, args.seed + extra, f"{extra} more steps: whole id under {share}")
-        record = json.loads((out / CARD).read_text())
-        record["recommending"]["until"] = {"share": share, "chunk": chunk, "most": most, "pick_extra_steps": spent,
-                                           "extra_steps": extra}
-        (out / CARD).write_text(json.dumps(record, indent=2) + "\n")
+        recorded(out, {"until": {"share": share, "chunk": chunk, "most": most, "pick_extra_steps": spent,
+                                 "extra_steps": extra}}, under="recommending")
         base = out
     return base, extra
 

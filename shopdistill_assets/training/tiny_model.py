@@ -207,10 +207,10 @@ def build_arena_tokenizer(texts: list[str], vocab_size: int = 4096, max_token_le
     folded, so the same piece whether the tool result was written compact or with spaces."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    bpe = Tokenizer(models.BPE())
-    bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
     if no_lone_digit and not identity:
         raise ValueError("no_lone_digit is a rule of the identity split: it needs identity=True")
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.Sequence([normalizers.Replace(a, b) for a, b in JSON_SPACING])
     bpe.pre_tokenizer = _pre_tokenizer(identity, no_lone_digit)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=WHOLE_TOKENS, max_token_length=max_token_length,
