@@ -389,3 +389,56 @@ def test_tiny_model_served_end_to_end(world, tmp_path_factory):
     assert all(ep.failure_reason in allowed and ep.steps >= 1 for ep in result.episodes)
     assert all(ep.completion_tokens[0] >= 1 for ep in result.episodes)  # usage comes from the real tokenizer
     assert result.errors["endpoint_errors"] == []
+
+
+def test_sampling_probs_cut_as_the_transformers_warpers():
+    import torch
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from shopdistill_assets.agent.hf_policy import sampling_probs
+
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(3)) * 3
+    for top_p, top_k in ((None, None), (0.95, None), (None, 20), (0.95, 20), (0.5, 5), (1e-6, None)):
+        for row in logits:
+            ours = sampling_probs(row, top_p, top_k)
+            warped = row[None].clone()
+            if top_k is not None:
+                warped = TopKLogitsWarper(top_k)(None, warped)
+            if top_p is not None:
+                warped = TopPLogitsWarper(top_p)(None, warped)
+            assert torch.allclose(ours, torch.softmax(warped[0], -1), atol=1e-6)
+            assert (ours > 0).sum() <= (top_k or 50) and ours.sum() == pytest.approx(1.0)
+
+
+def test_server_hands_top_p_and_top_k_to_the_policy():
+    seen = []
+
+    def policy(messages, tools=None, **params):
+        seen.append(params)
+        return {"role": "assistant", "content": "ok"}
+
+    with serve(policy, model_name="p") as server:
+        client = openai.OpenAI(base_url=server.url, api_key="local", max_retries=0)
+        client.chat.completions.create(model="p", messages=[{"role": "user", "content": "x"}], temperature=0.6)
+        client.chat.completions.create(model="p", messages=[{"role": "user", "content": "x"}], temperature=0.6,
+                                       top_p=0.9, extra_body={"top_k": 20})
+        with pytest.raises(openai.BadRequestError, match="top_p"):
+            client.chat.completions.create(model="p", messages=[{"role": "user", "content": "x"}], top_p=1.5)
+    assert "top_p" not in seen[0] and "top_k" not in seen[0]  # the checkpoint's defaults then apply
+    assert seen[1]["top_p"] == 0.9 and seen[1]["top_k"] == 20 and seen[1]["temperature"] == 0.6
+
+
+def test_tiny_model_samples_as_its_generation_config_says(tmp_path):
+    from shopdistill_assets.agent.hf_policy import BatchedHFPolicy
+    from shopdistill_assets.training.tiny_model import QWEN3_SAMPLING, build_tiny_model
+
+    path = build_tiny_model(tmp_path / "qwen3-tiny")
+    policy = BatchedHFPolicy(path, max_new_tokens=6, max_batch=2)
+    assert policy.sampling == {"top_k": QWEN3_SAMPLING["top_k"], "top_p": QWEN3_SAMPLING["top_p"]}
+    assert policy.truncation(None, None) == (0.95, 20) and policy.truncation(1.0, 0) == (None, None)
+    messages = [{"role": "user", "content": "find me a bag"}]
+    greedy = policy(messages, temperature=0.0)["content"]
+    # top_k 1 at a high temperature leaves one token a step: the greedy reply, whatever the seed
+    assert {policy(messages, temperature=5.0, top_k=1, seed=s)["content"] for s in range(3)} == {greedy}
+    sampled = {policy(messages, temperature=5.0, top_k=0, top_p=1.0, seed=s)["content"] for s in range(3)}
+    assert len(sampled) > 1  # untruncated, a random model's replies differ by seed

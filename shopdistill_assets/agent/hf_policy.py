@@ -105,7 +105,17 @@ class HFPolicy:
         self.device = device
         self.max_new_tokens = max_new_tokens
         self.context = int(getattr(self.model.config, "max_position_embeddings", 32768))
+        # the checkpoint's own sampling defaults (generation_config.json, as vLLM serves a model by
+        # default): Qwen3 ships top_k 20 and top_p 0.95; a request's top_p / top_k override them
+        config = getattr(self.model, "generation_config", None)
+        self.sampling = {"top_k": getattr(config, "top_k", None), "top_p": getattr(config, "top_p", None)}
         self._lock = threading.Lock()
+
+    def truncation(self, top_p: float | None, top_k: int | None) -> tuple[float | None, int | None]:
+        """(top_p, top_k) for one request: the request's, else the checkpoint's; None where off."""
+        p = top_p if top_p is not None else self.sampling["top_p"]
+        k = top_k if top_k is not None else self.sampling["top_k"]
+        return (p if p is not None and p < 1.0 else None), (k if k is not None and k > 0 else None)
 
     def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         try:
@@ -114,7 +124,8 @@ class HFPolicy:
         except Exception as exc:  # template errors on odd client messages are the client's problem
             raise PolicyRequestError(f"chat template failed: {type(exc).__name__}: {exc}"[:300]) from None
 
-    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None, top_p=None,
+                 top_k=None) -> dict[str, Any]:
         torch = self._torch
         text = self.prompt(messages, tools)
         ids = self.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(self.device)
@@ -124,7 +135,8 @@ class HFPolicy:
         sample = bool(temperature) and temperature > 0
         gen: dict[str, Any] = {"max_new_tokens": budget, "do_sample": sample}
         if sample:
-            gen["temperature"] = temperature
+            p, k = self.truncation(top_p, top_k)
+            gen.update(temperature=temperature, top_p=p or 1.0, top_k=k or 0)
         with self._lock, torch.no_grad():
             if sample and seed is not None:
                 torch.manual_seed(seed)
@@ -153,13 +165,14 @@ class BatchedHFPolicy(HFPolicy):
         self._eos = {i for i in (self.tokenizer.convert_tokens_to_ids(t) for t in _END_TOKENS) if isinstance(i, int)}
         threading.Thread(target=self._work, name="batched-decoding", daemon=True).start()
 
-    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None, top_p=None,
+                 top_k=None) -> dict[str, Any]:
         ids = self.tokenizer(self.prompt(messages, tools), add_special_tokens=False)["input_ids"]
         budget = min(max_tokens or self.max_new_tokens, self.max_new_tokens)
         if len(ids) + budget > self.context:
             raise PolicyRequestError(f"prompt of {len(ids)} tokens + {budget} exceeds the context of {self.context}")
         job = {"ids": ids, "budget": budget, "temperature": temperature or 0.0, "seed": seed or 0,
-               "done": threading.Event()}
+               "truncation": self.truncation(top_p, top_k), "done": threading.Event()}
         self._queue.put(job)
         job["done"].wait()
         if "error" in job:
@@ -206,7 +219,7 @@ class BatchedHFPolicy(HFPolicy):
                 chosen = []  # finished rows keep decoding (cheaper than reshaping the cache); ignored
                 for row, job in enumerate(jobs):
                     if job["temperature"] > 0:
-                        probs = torch.softmax(logits[row] / job["temperature"], -1).cpu()
+                        probs = sampling_probs(logits[row] / job["temperature"], *job["truncation"]).cpu()
                         token = int(torch.multinomial(probs, 1, generator=generators[row]))
                     else:
                         token = int(logits[row].argmax())
@@ -219,6 +232,24 @@ class BatchedHFPolicy(HFPolicy):
                 step_ids = torch.tensor([[t] for t in chosen], device=self.device)
                 mask = torch.cat([mask, torch.ones((len(jobs), 1), dtype=mask.dtype, device=self.device)], dim=1)
         return new
+
+
+def sampling_probs(logits: Any, top_p: float | None = None, top_k: int | None = None) -> Any:
+    """Next-token probabilities from one row of (temperature-scaled) logits, cut as transformers'
+    top-k then top-p warpers cut them: the k likeliest tokens, then the fewest of those whose
+    probability reaches top_p (the token that crosses it included), renormalized."""
+    import torch
+
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, -1)
+    if top_p is not None:
+        ordered, order = torch.sort(probs, descending=True)
+        drop = ordered.cumsum(-1) - ordered >= top_p  # tokens after the one that reaches top_p
+        probs = probs.scatter(-1, order, ordered.masked_fill(drop, 0.0))
+        probs = probs / probs.sum()
+    return probs
 
 
 def checkpoint_policy(path: str | Path, *, max_new_tokens: int = 512, batch_size: int = 1) -> HFPolicy:

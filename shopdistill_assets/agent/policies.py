@@ -1,6 +1,7 @@
 """Scripted policies: the ceiling (oracle) and the floor (random) of the evaluation.
 
-A policy is stateless: `policy(messages, tools, temperature=..., max_tokens=..., seed=...)`
+A policy is stateless: `policy(messages, tools, temperature=..., max_tokens=..., seed=...)` (and
+`top_p=` / `top_k=` where the request gives them; a scripted policy ignores all sampling settings)
 returns the next OpenAI-shaped assistant message given the conversation so far, reading its
 own earlier tool calls and the tool results back out of `messages`. That is what lets one
 policy object serve many concurrent episodes behind the HTTP server.
@@ -32,6 +33,8 @@ class Policy(Protocol):
         temperature: float | None = None,
         max_tokens: int | None = None,
         seed: int | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -109,7 +112,8 @@ class OraclePolicy:
         self.problems = {normalize_query(p.query): p for p in items}
         self.catalog = catalog
 
-    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None, top_p=None,
+                 top_k=None) -> dict[str, Any]:
         problem = self.problems.get(normalize_query(user_query(messages)))
         if problem is None:
             return {"role": "assistant", "content": "I do not know this request."}
@@ -160,7 +164,8 @@ class RandomPolicy:
         key = f"{self.seed}|{seed}|{user_query(messages)}|{_n_assistant(messages)}"
         return random.Random(hashlib.sha1(key.encode()).hexdigest())
 
-    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None, top_p=None,
+                 top_k=None) -> dict[str, Any]:
         rng = self._rng(messages, seed)
         history = tool_history(messages)
         called = {name for name, _, _ in history}
@@ -183,7 +188,8 @@ class FairPolicy:
 
     name = "fair"
 
-    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None) -> dict[str, Any]:
+    def __call__(self, messages, tools=None, *, temperature=None, max_tokens=None, seed=None, top_p=None,
+                 top_k=None) -> dict[str, Any]:
         from shopdistill_assets.agent.fair import parse_request, shop
 
         procedure = shop(parse_request(user_query(messages)))

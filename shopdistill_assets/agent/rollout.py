@@ -62,6 +62,8 @@ class RolloutConfig:
     episode_time_limit_s: float = 300.0  # total per episode, requests and tools alike (ORO: 300 s)
     tool_timeout_s: float = 10.0  # per sandbox call; python_execute's worker is killed at it
     temperature: float = 0.6
+    top_p: float | None = None  # None: the endpoint's default (ours: the checkpoint's generation_config)
+    top_k: int | None = None  # sent as vLLM's `top_k` body field
     max_tokens: int = 2048
     seed: int = 0
     strict_format: bool = True  # a malformed turn fails the episode even after a right recommendation
@@ -191,6 +193,8 @@ async def _request(client: Any, model: str, messages: list[dict[str, Any]], tool
             # wait_for makes the budget a total for the whole reply
             completion = await asyncio.wait_for(client.chat.completions.create(
                 model=model, messages=messages, tools=tools, temperature=cfg.temperature,
+                top_p=openai.omit if cfg.top_p is None else cfg.top_p,
+                extra_body=None if cfg.top_k is None else {"top_k": cfg.top_k},
                 max_tokens=cfg.max_tokens, seed=seed if cfg.send_seed else openai.omit, timeout=budget + 1.0,
             ), budget)
             return _completion_dict(completion), failures
@@ -328,7 +332,8 @@ def normalize_endpoint(endpoint: str) -> str:
 
 
 def default_eval_run_id(model: str, problems: Sequence[Problem], cfg: RolloutConfig) -> str:
-    key = json.dumps([model, sorted(p.problem_id for p in problems), cfg.samples, cfg.seed, cfg.temperature])
+    cut = [cfg.top_p, cfg.top_k] if (cfg.top_p, cfg.top_k) != (None, None) else []  # ids made before them unchanged
+    key = json.dumps([model, sorted(p.problem_id for p in problems), cfg.samples, cfg.seed, cfg.temperature, *cut])
     return "eval_" + hashlib.sha1(key.encode()).hexdigest()[:16]
 
 

@@ -52,7 +52,13 @@ class ChatRequest:
     temperature: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    top_p: float | None = None  # OpenAI's nucleus sampling; None: the checkpoint's generation_config
+    top_k: int | None = None  # vLLM's extension of the same body; None or <= 0 as above / off
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def sampling(self) -> dict[str, Any]:
+        """top_p / top_k as the policy's keyword arguments, only those the request gave."""
+        return {k: v for k, v in (("top_p", self.top_p), ("top_k", self.top_k)) if v is not None}
 
 
 def _number(body: dict[str, Any], key: str, kind: type) -> Any:
@@ -89,10 +95,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if body.get("stream"):
         raise PolicyRequestError("streaming is not supported")
     max_tokens = _number(body, "max_tokens", int) or _number(body, "max_completion_tokens", int)
+    top_p = _number(body, "top_p", float)
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise PolicyRequestError("'top_p' must be in (0, 1]")
     _utf8_text([messages, tools, body.get("model")])
     return ChatRequest(
         model=str(body.get("model") or ""), messages=messages, tools=tools,
         temperature=_number(body, "temperature", float), max_tokens=max_tokens, seed=_number(body, "seed", int),
+        top_p=top_p, top_k=_number(body, "top_k", int),
     )
 
 
@@ -263,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             message = self.server.policy(
                 request.messages, request.tools, temperature=request.temperature,
-                max_tokens=request.max_tokens, seed=request.seed,
+                max_tokens=request.max_tokens, seed=request.seed, **request.sampling(),
             )
         except PolicyRequestError as exc:
             self._error(400, str(exc))

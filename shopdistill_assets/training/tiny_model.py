@@ -126,6 +126,9 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 1024) ->
                        mlp=128, max_positions=16384)
 
 
+QWEN3_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
+
+
 def _save_qwen3(path: Path, tokenizer, seed: int, *, hidden: int, layers: int, heads: int, kv_heads: int,
                 mlp: int, max_positions: int) -> Path:
     """A randomly initialised Qwen3 of this shape (seeded), saved with `tokenizer` at `path`."""
@@ -141,7 +144,9 @@ def _save_qwen3(path: Path, tokenizer, seed: int, *, hidden: int, layers: int, h
         eos_token_id=eos_ids[0], pad_token_id=eos_ids[1],
     )
     model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1])
+    # sampling as Qwen3's own checkpoints ship it (their generation_config.json), so a policy server
+    # samples a tiny model as it would Qwen3-4B (hf_policy.HFPolicy.sampling)
+    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=eos_ids[1], **QWEN3_SAMPLING)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -3,7 +3,8 @@ format-valid episodes, steps, recommendations, failure reasons, and how far the 
 request (`metrics.search_grounding`, recomputed from the stored episodes, so runs made before
 the metric existed get it too), and where an episode fails: how many episodes had an answer's
 product id on a page a tool returned (the search found it) and how many recommended ids were ids
-the episode had been shown (the copy). Usage: diagnostics.py LAKE_ROOT"""
+the episode had been shown (the copy). Usage: diagnostics.py LAKE_ROOT [POLICY ...] (policies evaluated
+beside the run's own, e.g. a checkpoint registered by hand, after the run's)"""
 import json
 import re
 import sys
@@ -32,7 +33,7 @@ def shown_and_copied(problem_id: str, messages: list[dict]) -> tuple[bool | None
     return (bool(wanted & shown) if wanted else None), len(recommended), sum(i in shown for i in recommended)
 
 
-order = ["fair", "base", "sft_unfiltered", "sft", "resft", "teacher_sft", "kto", "dr_grpo"]
+order = ["fair", "base", "sft_unfiltered", "sft", "resft", "teacher_sft", "kto", "dr_grpo", *sys.argv[2:]]
 print("| policy | format-valid episodes | mean steps | episodes ending in a recommendation | search words from the "
       "request | searches made only of request words | episodes shown an answer | recommended ids shown "
       "before | failure reasons |")
