@@ -115,11 +115,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
          "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
          "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22; run18 (run17's draw): 300 more steps, "
          "0.22 -> 0.19 (default 0.35 300 1000; --quick: off)", "part 1 of the recommend phase for its steps only")
-    p.add_argument("--recommending-steps", type=int, default=1000, help="then the base learns the arena's last step "
+    p.add_argument("--recommending-steps", type=int, default=1600, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
-                   "run6: the held-out recommend steps' first id token 0.094 -> 0.377; run13-15 used 1,600, 1,000 fits the 100 "
-                   "minutes (0: no such phase, nor its --recommending-then parts)")
+                   "run6: the held-out recommend steps' first id token 0.094 -> 0.377; run13-15's 1,600 formed the "
+                   "whole id (held-out 0.62-0.83 after the phase), run16-18's 1,000 did not (0.21-0.22): 1,600 since "
+                   "run20 (0: no such phase, nor its --recommending-then parts)")
     p.add_argument("--recommending-searches", action=argparse.BooleanOptionalAction, default=False,
                    help="the recommend phase also learns the fair policy's find_product calls on the same problems: "
                    "each step a second update on as many search rows, loss on the argument values (the model's own "
