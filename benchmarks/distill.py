@@ -816,6 +816,23 @@ def _part_note(record: dict[str, Any]) -> str:
             + (f" (part 1 again: whole id under {record['until']['share']})" if "until" in record else ""))
 
 
+def sampling_note(base: str | None) -> str:
+    """How the episodes were sampled: the rollout's temperature, the base checkpoint's own top_p / top_k
+    (its generation_config.json, which every stage's checkpoint carries on; hf_policy.HFPolicy.sampling)."""
+    from transformers import GenerationConfig
+
+    from shopdistill_assets.agent.rollout import RolloutConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(base) if base else None
+    except OSError:  # a base saved without generation_config.json samples untruncated
+        config = None
+    top_p, top_k = getattr(config, "top_p", None), getattr(config, "top_k", None)
+    cut = (f"top_p {top_p}, top_k {top_k} (the base's generation_config.json)" if top_p or top_k else
+           "no top_p / top_k (the base's generation_config.json names none)")
+    return f"Episodes sampled at temperature {RolloutConfig.temperature}, {cut}; step match greedy."
+
+
 def _whole(share: float | None) -> str:
     return "" if share is None else f", whole id {share}"  # cards before the whole-id measure have none
 
@@ -848,7 +865,7 @@ def report(args: argparse.Namespace, resources: dict, lake: Any, policies: list[
     header = (f"# Distillation on the simulated arena\n\nCommand: `{command}`\n\nRun {started.isoformat(timespec='seconds')}"
               f", held-out set `{heldout}` ({rows[0]['problems']} problems x {args.eval_samples} samples), base model "
               f"{base}; wall {total_wall / 60:.1f} min, CPU {total_cpu / 60:.1f} min "
-              f"(~{total_cpu / 120:.1f} min on two quiet cores).\n")
+              f"(~{total_cpu / 120:.1f} min on two quiet cores). {sampling_note(lookup('base').checkpoint)}\n")
     folder = Path(store.root) / "reports" / f"distill-{started.strftime('%Y%m%dT%H%M%S')}"
     paths = distill_report.write(rows, folder, header, goals, {
         "command": command, "args": vars(args), "phases": [{"phase": n, "wall_s": round(w, 1), "cpu_s": round(c, 1)}
