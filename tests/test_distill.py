@@ -770,3 +770,15 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert ("each draw after 2 earlier part(s): 1600 steps x 4 at 0.001, ids of 1.0 of the rows renamed; 400 steps x 4 "
             "at 0.001 with 930 search rows, ids of 1.0 and words of 1.0 of the rows renamed)") in distill.base_note(
                 args, str(checkpoint))
+
+
+def test_the_report_says_how_episodes_were_sampled(tmp_path):
+    """The sampling a report states is read from the base's generation_config.json: a tiny Qwen3 ships
+    Qwen3's top_p / top_k; a base without them samples untruncated, and the report says so."""
+    from shopdistill_assets.training.tiny_model import build_tiny_model
+
+    distill = _benchmark("distill")
+    path = build_tiny_model(tmp_path / "qwen3-tiny")
+    assert "temperature 0.6, top_p 0.95, top_k 20" in distill.sampling_note(str(path))
+    (path / "generation_config.json").unlink()
+    assert "no top_p / top_k" in distill.sampling_note(str(path))
