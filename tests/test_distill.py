@@ -742,10 +742,10 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     distill.gates_as_flags(distill.parse_args(["--no-recommending-until", "--out", str(tmp_path)]), tmp_path)
     (recommended / CARD).write_text(json.dumps({"recommending_until": {"until": [0.35, 300, 1000], "extra_steps": 0}}))
     distill.gates_as_flags(until, tmp_path)
-    default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe, part 1 shortened to fit
+    default = distill.recommend_parts(distill.parse_args([]))  # run13's recipe (part 1 at 1,600 steps since run20)
     assert [(p["steps"], p["searches"], p["rename_ids"], p["rename_words"], p["lr"]) for p in default] == [
-        (1000, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]
-    assert [p["steps"] for p in distill.recommend_parts(distill.parse_args(["--recommending-then", "none"]))] == [1000]
+        (1600, False, 1.0, 0.0, 1e-3), (400, True, 1.0, 1.0, 1e-3), (300, False, 1.0, 0.0, 3e-4)]
+    assert [p["steps"] for p in distill.recommend_parts(distill.parse_args(["--recommending-then", "none"]))] == [1600]
 
     kept = {"first_token_right_after": 0.9, "whole_id_right_after": 0.3}
     card = {"recommending": {"problems": 40, "steps": 1600, "batch": 4, "kept_back": kept,
