@@ -235,21 +235,17 @@ class BatchedHFPolicy(HFPolicy):
 
 
 def sampling_probs(logits: Any, top_p: float | None = None, top_k: int | None = None) -> Any:
-    """Next-token probabilities from one row of (temperature-scaled) logits, cut as transformers'
-    top-k then top-p warpers cut them: the k likeliest tokens, then the fewest of those whose
-    probability reaches top_p (the token that crosses it included), renormalized."""
+    """Next-token probabilities from one row of (temperature-scaled) logits, cut by transformers' own
+    top-k then top-p warpers (the ones `generate` applies), so both decoders sample alike."""
     import torch
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, -1)
+    row = logits[None]
+    if top_k is not None:
+        row = TopKLogitsWarper(top_k)(None, row)
     if top_p is not None:
-        ordered, order = torch.sort(probs, descending=True)
-        drop = ordered.cumsum(-1) - ordered >= top_p  # tokens after the one that reaches top_p
-        probs = probs.scatter(-1, order, ordered.masked_fill(drop, 0.0))
-        probs = probs / probs.sum()
-    return probs
+        row = TopPLogitsWarper(top_p)(None, row)
+    return torch.softmax(row[0], -1)
 
 
 def checkpoint_policy(path: str | Path, *, max_new_tokens: int = 512, batch_size: int = 1) -> HFPolicy:
