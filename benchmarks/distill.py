@@ -161,10 +161,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=4096, help="identity tokens: rows average ~2,300 tokens")
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step (sft stages; 1: no padding, "
                    "and a 4x smaller batch learned 1.6x faster per token in a pilot)")
-    p.add_argument("--sft-steps", type=int, default=2400, help="1.25 CPU s a step with --whole-pieces in a pilot "
-                   "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps; 2,400 against 1,200 "
-                   "steps fit the first search word further on both bases measured: held-out ASR 19.6 %% against "
-                   "2.5 %% on run14's, 1.2 %% against 0.0 %% on run17's (~7 min more for the two SFTs)")
+    p.add_argument("--sft-steps", type=int, default=3600, help="1.25 CPU s a step with --whole-pieces in a pilot "
+                   "(round 1: 1.5 s); tool-call format was learned between 400 and 800 steps; more steps fit the "
+                   "search words and the first result's id further: on run20's base 3,600 steps reached 31.7 %% "
+                   "held-out ASR against 19.2 %% at 2,400 (~4 min more for each of the two SFTs)")
     p.add_argument("--sft-lr", type=float, default=None, help="default 5e-4 for the random small model (the "
                    "rate at which the pick forms, pick_probe.py; run4 on), 1e-5 for a --base-model (a pretrained "
                    "model would forget at higher rates)")
