@@ -48,6 +48,8 @@ CHAIN = ["sft", "resft", "teacher_sft", "kto", "dr_grpo"]
 # The recommend phase's parts after the first (run13's recipe): the search step with renamed ids
 # and words, then recommend-only steps at a lower rate.
 RECOMMENDING_UNTIL = (0.35, 300, 1000)
+PICKING_UNTIL = (0.5, 250, 1000)
+UNGIVEN = object()  # a gate flag left off the command line
 DEFAULT_THEN = ("400,searches,ids=1,words=1", "300,ids=1,lr=3e-4")
 DEADLINES = {"request_timeout_s": 900.0, "episode_time_limit_s": 3600.0}
 TIMES: list[tuple[str, float, float]] = []
@@ -102,19 +104,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    gate(p, "--picking-until", (0.5, 250, 1000),
+    gate(p, "--picking-until",
          "after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
          "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
          "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
          "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing "
-         "(default 0.5 250 1000; --quick: off)", "the pick curriculum only, however far it got")
-    gate(p, "--recommending-until", RECOMMENDING_UNTIL,
+         "(default 0.5 250 1000; --quick: off unless given)", "the pick curriculum only, however far it got")
+    gate(p, "--recommending-until",
          "while part 1 of the recommend phase leaves the kept-back whole id below SHARE, part 1 again "
          "for CHUNK steps on the model it left (fresh draws, its own warmup), at most MOST extra steps with "
          "the pick's extra steps (--picking-until) counted in, so the two gates together add at most ~15 "
          "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
          "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22; run18 (run17's draw): 300 more steps, "
-         "0.22 -> 0.19 (default 0.35 300 1000; --quick: off)", "part 1 of the recommend phase for its steps only")
+         "0.22 -> 0.19 (default 0.35 300 1000; --quick: off unless given)", "part 1 of the recommend phase for its steps only")
     p.add_argument("--recommending-steps", type=int, default=1600, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -195,7 +197,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--digit-pairs is a rule of the identity split: it needs --identity-tokens")
     if args.recommending_rename_words and not args.recommending_searches:
         p.error("--recommending-rename-words renames the search rows: it needs --recommending-searches")
-    for flag in ("picking_until", "recommending_until"):
+    for flag, default in (("picking_until", PICKING_UNTIL), ("recommending_until", RECOMMENDING_UNTIL)):
+        if getattr(args, flag) is UNGIVEN:  # not on the command line: the default, off in a smoke run
+            setattr(args, flag, None if args.quick else default)
         if getattr(args, flag):
             share, chunk, most = getattr(args, flag)
             if chunk != int(chunk) or most != int(most) or not 1 <= chunk <= most:
@@ -213,18 +217,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sft_steps, args.resft_steps, args.teacher_steps, args.kto_steps, args.grpo_steps = 12, 4, 4, 2, 2
         args.rollout_problems, args.rollout_samples, args.eval_samples, args.eval_limit = 6, 2, 2, 6
         args.heldout_share, args.pretrain_steps = 0.2, min(args.pretrain_steps, 16)
-        args.picking_until = None  # a smoke run's pick never reaches the share: 1,000 more steps
-        if args.recommending_until == RECOMMENDING_UNTIL:  # the default: off (given, the gate's smoke test)
-            args.recommending_until = None
         args.recommending_steps = min(args.recommending_steps, 4)
         args.recommending_then = [{**part, "steps": min(part["steps"], 4)} for part in args.recommending_then]
     args.picking_curriculum = ((1, 4, 4), (2, 2, 2)) if args.quick else None
     return args
 
 
-def gate(p: argparse.ArgumentParser, flag: str, default: tuple[float, int, int], help: str, off: str) -> None:
-    """A phase's `SHARE CHUNK MOST` gate flag and its `--no-` form."""
-    p.add_argument(flag, type=float, nargs=3, default=default, metavar=("SHARE", "CHUNK", "MOST"), help=help)
+def gate(p: argparse.ArgumentParser, flag: str, help: str, off: str) -> None:
+    """A phase's `SHARE CHUNK MOST` gate flag and its `--no-` form. Left off the command line it is
+    UNGIVEN, and parse_args sets its default (PICKING_UNTIL, RECOMMENDING_UNTIL), or nothing under
+    --quick (a smoke run's phases never reach a share: the gate would spend its MOST); given, it holds
+    under --quick too."""
+    p.add_argument(flag, type=float, nargs=3, default=UNGIVEN, metavar=("SHARE", "CHUNK", "MOST"), help=help)
     p.add_argument("--no-" + flag[2:], dest=flag[2:].replace("-", "_"), action="store_const", const=None, help=off)
 
 

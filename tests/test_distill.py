@@ -717,6 +717,11 @@ def test_distill_names_its_base_phases_and_the_renaming_in_the_base_note(tmp_pat
     assert distill.parse_args([]).picking_until == (0.5, 250, 1000)  # the default: a pick that did not form goes on
     assert distill.parse_args(["--no-picking-until"]).picking_until is None
     assert distill.parse_args(["--quick"]).picking_until is None and distill.parse_args([]).sft_steps == 3600
+    for given in (["--quick", "--picking-until", "0.5", "250", "1000"], ["--picking-until", "0.5", "250", "1000",
+                                                                        "--quick"]):  # given: held, as the default too
+        assert distill.parse_args(given).picking_until == (0.5, 250, 1000)
+    assert distill.parse_args(["--quick", "--recommending-until", "0.35", "300", "1000"]).recommending_until == (
+        0.35, 300, 1000)
     until = distill.parse_args(["--picking-until", "0.5", "250", "1000", "--out", str(tmp_path)])
     distill.gates_as_flags(until, tmp_path)  # no saved pick base: nothing to check
     saved = distill.phase_folder(until, tmp_path, "-picking")
