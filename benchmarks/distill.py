@@ -45,11 +45,12 @@ sys.path.insert(0, str(REPO))
 CHAIN = ["sft", "resft", "teacher_sft", "kto", "dr_grpo"]
 # A CPU-served checkpoint answers 8 episodes' turns in one batch: on a shared machine an episode of
 # 10 turns can outlast ORO's 300 s, which would score the machine's load, not the policy.
+# The gates' defaults (SHARE, CHUNK, MOST), set by parse_args where a flag is UNGIVEN.
+PICKING_UNTIL = (0.5, 250, 1000)
+RECOMMENDING_UNTIL = (0.35, 300, 1000)
+UNGIVEN = object()  # a gate flag left off the command line
 # The recommend phase's parts after the first (run13's recipe): the search step with renamed ids
 # and words, then recommend-only steps at a lower rate.
-RECOMMENDING_UNTIL = (0.35, 300, 1000)
-PICKING_UNTIL = (0.5, 250, 1000)
-UNGIVEN = object()  # a gate flag left off the command line
 DEFAULT_THEN = ("400,searches,ids=1,words=1", "300,ids=1,lr=3e-4")
 DEADLINES = {"request_timeout_s": 900.0, "episode_time_limit_s": 3600.0}
 TIMES: list[tuple[str, float, float]] = []
@@ -104,19 +105,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="picking transcripts as the evaluation serves them (system prompt, tool schemas) with looks "
                    "drawn from view and recommend calls; measured (run5): learned less, no closer to the held-out "
                    "recommendations")
-    gate(p, "--picking-until",
+    gate(p, "--picking-until", PICKING_UNTIL,
          "after the pick curriculum, while its last phase's first-token share is below SHARE, one more "
          "phase like it of CHUNK steps, at most MOST extra steps (arena_base.learn_picking until=); run16's "
          "pick did not form (0.225) and its recommend phase then learned no id (0.0); 1,000 more 4-page "
-         "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing "
-         "(default 0.5 250 1000; --quick: off unless given)", "the pick curriculum only, however far it got")
-    gate(p, "--recommending-until",
+         "steps took that pick to 0.51 (~14 min); a pick that forms (run17: 0.685) costs nothing", "the pick curriculum only, however far it got")
+    gate(p, "--recommending-until", RECOMMENDING_UNTIL,
          "while part 1 of the recommend phase leaves the kept-back whole id below SHARE, part 1 again "
          "for CHUNK steps on the model it left (fresh draws, its own warmup), at most MOST extra steps with "
          "the pick's extra steps (--picking-until) counted in, so the two gates together add at most ~15 "
          "min; run13-15's part 1 of 1,600 steps ended at whole id 0.84 / 0.41 / 0.37 and their phases "
          "at 0.70-0.83, run17's of 1,000 at 0.16 and its phase at 0.22; run18 (run17's draw): 300 more steps, "
-         "0.22 -> 0.19 (default 0.35 300 1000; --quick: off unless given)", "part 1 of the recommend phase for its steps only")
+         "0.22 -> 0.19", "part 1 of the recommend phase for its steps only")
     p.add_argument("--recommending-steps", type=int, default=1600, help="then the base learns the arena's last step "
                    "where it is served: the fair policy's recommend_product steps on train-side problems, loss on "
                    "the recommended ids (arena_base.learn_recommending), this many steps of --recommending-batch; "
@@ -223,12 +223,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def gate(p: argparse.ArgumentParser, flag: str, help: str, off: str) -> None:
+def gate(p: argparse.ArgumentParser, flag: str, default: tuple[float, int, int], help: str, off: str) -> None:
     """A phase's `SHARE CHUNK MOST` gate flag and its `--no-` form. Left off the command line it is
-    UNGIVEN, and parse_args sets its default (PICKING_UNTIL, RECOMMENDING_UNTIL), or nothing under
+    UNGIVEN, and parse_args sets `default` (PICKING_UNTIL, RECOMMENDING_UNTIL), or nothing under
     --quick (a smoke run's phases never reach a share: the gate would spend its MOST); given, it holds
     under --quick too."""
-    p.add_argument(flag, type=float, nargs=3, default=UNGIVEN, metavar=("SHARE", "CHUNK", "MOST"), help=help)
+    shown = " ".join(f"{v:g}" for v in default)
+    p.add_argument(flag, type=float, nargs=3, default=UNGIVEN, metavar=("SHARE", "CHUNK", "MOST"),
+                   help=f"{help} (default {shown}; --quick: off unless given)")
     p.add_argument("--no-" + flag[2:], dest=flag[2:].replace("-", "_"), action="store_const", const=None, help=off)
 
 
